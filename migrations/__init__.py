@@ -1,0 +1,1 @@
+"""Alembic migrations; ``python -m scheduler migrate`` runs them."""

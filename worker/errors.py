@@ -1,0 +1,108 @@
+"""The project's exceptions, one rooted tree.
+
+::
+
+    SwarmError
+    ├── ConfigError            bad settings or CLI input
+    ├── InputError             a value from a user that cannot be used
+    ├── NotMigrated            the database is not at the latest revision
+    ├── RunNotFound            no run with that id
+    ├── TransientError         worth retrying after a while
+    │   ├── ModelUnavailable   the model provider failed, may work later
+    │   │   └── RateLimited    the provider asked us to slow down
+    │   └── BrowserUnavailable the verifier's browser failed to launch or died
+    ├── ModelFatal             the provider refused the request for good
+    ├── ToolError              shown to the model as a tool result, never raised past a tool
+    └── LimitExceeded          a guard tripped (turns, tokens, cost, budget, loop)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SwarmError(Exception):
+    """Root of every error Swarm raises on purpose."""
+
+
+class ConfigError(SwarmError):
+    """Settings or CLI options that cannot work."""
+
+
+class InputError(SwarmError):
+    """A user-supplied value that cannot be used as given."""
+
+
+class NotMigrated(SwarmError):
+    """The database schema is missing or older than this code."""
+
+
+class RunNotFound(SwarmError):
+    """No run has the requested id."""
+
+
+class TransientError(SwarmError):
+    """A failure that may go away; retry after ``delay_s`` seconds if given."""
+
+    def __init__(self, message: str, *, delay_s: float | None = None) -> None:
+        super().__init__(message)
+        self.delay_s = delay_s
+
+
+class ModelUnavailable(TransientError):
+    """The model provider failed in a way that may work on a later attempt."""
+
+
+class RateLimited(ModelUnavailable):
+    """The provider asked us to slow down (HTTP 429 or RESOURCE_EXHAUSTED)."""
+
+    def __init__(
+        self, message: str, *, delay_s: float | None = None, quota: str = "minute"
+    ) -> None:
+        super().__init__(message, delay_s=delay_s)
+        self.quota = quota
+
+
+class BrowserUnavailable(TransientError):
+    """The verifier's browser could not launch or died: an infrastructure fault."""
+
+
+class ModelFatal(SwarmError):
+    """The provider rejected the request and retrying would not help."""
+
+
+class ToolError(SwarmError):
+    """A tool call the model got wrong; goes back to the model as the tool result.
+
+    Args:
+        message: What was wrong with the call.
+        kind: A short stable label used to count errors (``bad_arguments``, ``conflict``...).
+        hint: What the model should do instead.
+        data: Extra structured facts for the model (for a conflict: the current version).
+    """
+
+    def __init__(
+        self, message: str, *, kind: str, hint: str = "", data: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.hint = hint
+        self.data = data or {}
+
+    def to_result(self) -> dict[str, Any]:
+        """The structured error the model sees."""
+        result: dict[str, Any] = {"kind": self.kind, "message": str(self)}
+        if self.hint:
+            result["hint"] = self.hint
+        result.update(self.data)
+        return result
+
+
+class LimitExceeded(SwarmError):
+    """A guard tripped: ``kind`` of limit, the ``value`` reached and the ``limit``."""
+
+    def __init__(self, kind: str, *, value: float, limit: float) -> None:
+        super().__init__(f"{kind} limit reached: {value:g} of {limit:g}")
+        self.kind = kind
+        self.value = value
+        self.limit = limit

@@ -1,0 +1,109 @@
+"""The model seam: ``generate(request) -> ModelTurn``, whatever the provider.
+
+Conversation content is kept in the JSON shape of ``google.genai.types.Content``
+(``{"role": ..., "parts": [...]}`` with snake_case keys) and stored verbatim, so a turn
+can be rebuilt on any worker and replayed offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+#: A conversation entry, shaped like ``google.genai.types.Content`` dumped to JSON.
+Content = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call: name, description and a generated JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    """One function call the model asked for."""
+
+    name: str
+    args: dict[str, Any]
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """Tokens of one model call, as the provider reports them."""
+
+    prompt_tokens: int = 0
+    """Input tokens, cached ones included."""
+    cached_tokens: int = 0
+    """Input tokens served from the provider's cache."""
+    output_tokens: int = 0
+    """Candidate tokens, thinking excluded."""
+    thoughts_tokens: int = 0
+    """Thinking tokens (billed as output)."""
+    tool_use_tokens: int = 0
+    """Tokens of tool-use prompts (billed as input)."""
+
+    @property
+    def total(self) -> int:
+        """Every token billed for this call."""
+        return self.prompt_tokens + self.output_tokens + self.thoughts_tokens + self.tool_use_tokens
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What one turn sends: a prefix shared by the whole run, then the session's history."""
+
+    model: str
+    system_instruction: str
+    tools: tuple[ToolSpec, ...]
+    history: tuple[Content, ...]
+    tool_mode: str = "AUTO"
+    """Function-calling mode: AUTO, ANY or NONE."""
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    """The model's answer, with its content exactly as the provider returned it."""
+
+    content: Content
+    calls: tuple[FunctionCall, ...]
+    text: str
+    usage: TokenUsage
+    finish_reason: str = "STOP"
+    latency_ms: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Model(Protocol):
+    """A provider of model turns."""
+
+    def generate(self, request: ModelRequest) -> ModelTurn:
+        """Produce the next turn.
+
+        Raises:
+            RateLimited: the provider asked us to slow down.
+            ModelUnavailable: a transient failure; the caller retries with backoff.
+            ModelFatal: the request can never succeed.
+        """
+        ...
+
+
+def calls_of(content: Content) -> tuple[FunctionCall, ...]:
+    """The function calls inside a model ``Content``, in order."""
+    found = []
+    for part in content.get("parts") or ():
+        call = part.get("function_call")
+        if call:
+            found.append(FunctionCall(call["name"], dict(call.get("args") or {}), call.get("id")))
+    return tuple(found)
+
+
+def text_of(content: Content) -> str:
+    """The visible text of a ``Content`` (thought parts left out)."""
+    return "".join(
+        part.get("text") or "" for part in content.get("parts") or () if not part.get("thought")
+    )

@@ -1,0 +1,80 @@
+"""Re-dispatch what the database says should run and does not.
+
+Redis only wakes workers up: a message may be lost (broker restart), late or duplicated.
+The reconciler looks at the source of truth and sends again whatever is due:
+undispatched outbox rows (a wave start), running sessions whose lease is free and whose
+last dispatch is stale (a lost turn, a dead worker), and sessions waiting on a verdict
+that never came. Sending twice is harmless: a turn claims a lease, a verdict is recorded
+once per round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from worker import store
+from worker.runtime import Runtime
+from worker.tables import SessionStatus, sessions
+
+logger = logging.getLogger(__name__)
+
+
+def reconcile_once(rt: Runtime) -> int:
+    """One pass; returns how many tasks were sent."""
+    now = rt.clock()
+    stale = now - timedelta(seconds=rt.settings.redispatch_after_s)
+    s = sessions
+    with rt.engine.begin() as conn:
+        dispatches = store.take_outbox(conn, now=now, older_than=stale)
+        # Claiming by UPDATE ... RETURNING means two reconcilers never send the same row.
+        due = conn.execute(
+            update(s)
+            .where(
+                s.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
+                (s.c.lease_expires_at.is_(None)) | (s.c.lease_expires_at < now),
+                (s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale),
+            )
+            .values(dispatched_at=now)
+            .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
+        ).all()
+    for row in sorted(due):
+        if row.status == SessionStatus.verifying.value:
+            dispatches.append(store.Dispatch(row.id, "verify", row.repair_round))
+        else:
+            dispatches.append(store.Dispatch(row.id, "turn", row.next_turn))
+    if dispatches:
+        logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
+    return rt.send_all(dispatches)
+
+
+def pending_work(rt: Runtime) -> bool:
+    """True while some session is still active (used to stop an embedded run's loop)."""
+    s = sessions
+    with rt.engine.connect() as conn:
+        return conn.execute(select(s.c.id).where(s.c.status.in_(store.ACTIVE)).limit(1)
+                            ).first() is not None
+
+
+class ReconcilerThread(threading.Thread):
+    """Runs :func:`reconcile_once` every ``interval_s`` until stopped."""
+
+    def __init__(self, rt: Runtime, interval_s: float) -> None:
+        super().__init__(name="swarm-reconciler", daemon=True)
+        self.rt = rt
+        self.interval_s = interval_s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            try:
+                reconcile_once(self.rt)
+            except Exception:  # the database may be restarting; try again next period
+                logger.warning("reconciler pass failed", exc_info=True)
+
+    def stop(self) -> None:
+        """Stop after the current pass."""
+        self._stop_event.set()

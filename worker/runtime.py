@@ -1,0 +1,58 @@
+"""What a worker process holds: settings, the engine, prices and a way to send tasks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from worker import store
+from worker.db import utcnow
+from worker.pricing import PriceTable
+from worker.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class Dispatcher(Protocol):
+    """Sends the tasks the database decided on."""
+
+    def send(self, item: store.Dispatch, *, delay_s: float = 0.0) -> None:
+        """Send one turn or verification task."""
+        ...
+
+
+@dataclass
+class Runtime:
+    """Dependencies of the turn loop and the verdict path, built once per process."""
+
+    settings: Settings
+    engine: Engine
+    dispatcher: Dispatcher
+    prices: PriceTable = field(default_factory=PriceTable.load)
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    clock: Callable[[], datetime] = utcnow
+
+    def send_all(self, items: Iterable[store.Dispatch]) -> int:
+        """Send tasks after their transaction committed; a lost send is the reconciler's."""
+        sent = 0
+        for item in items:
+            try:
+                self.dispatcher.send(item)
+                sent += 1
+            except Exception:  # the broker may be down; the database still says it is due
+                logger.warning("could not send %s %s/%s; the reconciler will",
+                               item.kind, item.session_id, item.number, exc_info=True)
+        return sent
+
+    def flush_outbox(self, run_id: int | None = None) -> int:
+        """Start the waves the database says are due, and send their first turns."""
+        with self.engine.begin() as conn:
+            dispatches = store.take_outbox(conn, now=self.clock(), run_id=run_id)
+        return self.send_all(dispatches)
