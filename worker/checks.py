@@ -1,0 +1,175 @@
+"""Static checks on a standalone HTML/Canvas artifact.
+
+These run before any browser is started: they are cheap, deterministic and catch the
+common ways a first draft goes wrong (too big, no 2D canvas, no animation loop, anything
+loaded from the network). Every :class:`Check` carries a ``detail`` sentence that is shown
+to the agent as a repair hint, so it says what was found and what to do instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_MAX_BYTES", "Check", "passed", "static_checks"]
+
+#: Default artifact ceiling in UTF-8 bytes (the candidate profile's 64 KB).
+DEFAULT_MAX_BYTES = 65536
+#: At most this many offending URLs are reported in ``no_external_url``.
+MAX_REPORTED_URLS = 20
+#: Each reported URL or snippet is cut to this many characters.
+MAX_SNIPPET_CHARS = 120
+
+# `getContext('2d')` with any quote style and any whitespace inside the call.
+_CONTEXT_2D_RE = re.compile(r"""getContext\s*\(\s*(['"`])2d\1""")
+# A <canvas> tag in the markup, or one created from script.
+_CANVAS_RE = re.compile(r"""<canvas\b|createElement\s*\(\s*(['"`])canvas\1\s*\)""", re.I)
+# The animation loop; setInterval/setTimeout loops are what this check is meant to refuse.
+_RAF_RE = re.compile(r"\brequestAnimationFrame\b")
+# An absolute URL with a network scheme, wherever it appears: markup, CSS, script and
+# comments alike (conservative). `://` is required, so prose such as "HTTP 5xx" is left alone.
+_ABSOLUTE_URL_RE = re.compile(r"""\b(?:https?|wss?|ftp|file)://[^\s"'`<>()\\]*""", re.I)
+# A protocol-relative `//host` where a URL is expected: a URL-bearing attribute, CSS
+# `url(...)` or an `@import "..."`. The host is whatever follows the slashes.
+_RELATIVE_SLOT_RE = re.compile(
+    r"""(?:\b(?:src|href|srcset|poster|action|formaction|data|background)\s*=\s*["']?"""
+    r"""|\burl\(\s*["']?|@import\s+["'])\s*(//[^\s"'`<>()\\]+)""",
+    re.I,
+)
+# A protocol-relative JS string literal (`fetch('//cdn.example.com/x')`, `import("//…")`).
+# A dotted host is required so that strings like "// TODO" are not mistaken for URLs.
+_RELATIVE_LITERAL_RE = re.compile(r"""["'`](//[\w-]+(?:\.[\w-]+)+[^\s"'`<>()\\]*)""")
+# Script APIs that open a network channel whatever URL they are given.
+_NETWORK_API_RE = re.compile(
+    r"(?:\bnew\s+WebSocket|\bnavigator\s*\.\s*sendBeacon)\s*\([^)\n]{0,80}\)?"
+)
+# XML namespace names look like URLs but are never fetched (inline SVG needs them).
+_NAMESPACE_URIS = frozenset(
+    {
+        "http://www.w3.org/2000/svg",
+        "http://www.w3.org/1999/xhtml",
+        "http://www.w3.org/1999/xlink",
+        "http://www.w3.org/1998/math/mathml",
+        "http://www.w3.org/xml/1998/namespace",
+        "http://www.w3.org/2000/xmlns/",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one static check."""
+
+    name: str  #: check name: size, canvas_2d, raf_loop or no_external_url
+    passed: bool  #: whether the artifact passes this check
+    value: object  #: the measured value, JSON-serialisable (int, float, str, bool, list of str)
+    detail: str  #: one sentence: what was found and, when failing, what to do instead
+
+
+def static_checks(html: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Check]:
+    """Run every static check on one artifact.
+
+    Args:
+        html: The whole standalone page.
+        max_bytes: The size ceiling in UTF-8 bytes (inclusive).
+
+    Returns:
+        One :class:`Check` per check, always all four and always in this order:
+        ``size``, ``canvas_2d``, ``raf_loop``, ``no_external_url``.
+    """
+    return [
+        _check_size(html, max_bytes),
+        _check_canvas_2d(html),
+        _check_raf_loop(html),
+        _check_no_external_url(html),
+    ]
+
+
+def passed(checks: Iterable[Check]) -> bool:
+    """Tell whether every check passed.
+
+    Args:
+        checks: Results from :func:`static_checks`.
+
+    Returns:
+        True when no check failed.
+    """
+    return all(check.passed for check in checks)
+
+
+def _check_size(html: str, max_bytes: int) -> Check:
+    size = len(html.encode("utf-8"))
+    if size == 0:
+        detail = "The page is empty; write the complete HTML document."
+    elif size > max_bytes:
+        detail = (
+            f"The page is {size} bytes, over the {max_bytes}-byte limit; cut at least "
+            f"{size - max_bytes} bytes by removing repetition, dead code and long comments."
+        )
+    else:
+        detail = f"The page is {size} bytes, within the {max_bytes}-byte limit."
+    return Check("size", 0 < size <= max_bytes, size, detail)
+
+
+def _check_canvas_2d(html: str) -> Check:
+    has_context = _CONTEXT_2D_RE.search(html) is not None
+    has_canvas = _CANVAS_RE.search(html) is not None
+    problems = []
+    if not has_canvas:
+        problems.append(
+            "no <canvas> element was found (add one to the markup or create it with "
+            "document.createElement('canvas'))"
+        )
+    if not has_context:
+        problems.append("no getContext('2d') call was found (draw through canvas.getContext('2d'))")
+    if problems:
+        detail = "The page does not draw on a 2D canvas: " + "; ".join(problems) + "."
+    else:
+        detail = "The page has a canvas and obtains its 2D context."
+    return Check("canvas_2d", not problems, not problems, detail)
+
+
+def _check_raf_loop(html: str) -> Check:
+    found = _RAF_RE.search(html) is not None
+    if found:
+        detail = "The page animates with requestAnimationFrame."
+    else:
+        detail = (
+            "No requestAnimationFrame call was found; drive drawing with a "
+            "requestAnimationFrame loop instead of setInterval, setTimeout or a single draw."
+        )
+    return Check("raf_loop", found, found, detail)
+
+
+def _check_no_external_url(html: str) -> Check:
+    offending = sorted({_snippet(found) for found in _external_refs(html)})[:MAX_REPORTED_URLS]
+    if offending:
+        detail = (
+            f"Found {len(offending)} external reference(s): {', '.join(offending)}; the page "
+            "must be self-contained, so inline every script, style, font and image (data: "
+            "URLs are fine), use system fonts, and remove all network calls."
+        )
+    else:
+        detail = "No external URL was found; the page is self-contained."
+    return Check("no_external_url", not offending, offending, detail)
+
+
+def _external_refs(html: str) -> Iterable[str]:
+    """Yield every remote URL or network API call found anywhere in the page."""
+    for match in _ABSOLUTE_URL_RE.finditer(html):
+        url = match.group(0).rstrip(".,;:!?")
+        if url.lower() not in _NAMESPACE_URIS:
+            yield url
+    for pattern in (_RELATIVE_SLOT_RE, _RELATIVE_LITERAL_RE):
+        for match in pattern.finditer(html):
+            yield match.group(1).rstrip(".,;:!?")
+    for match in _NETWORK_API_RE.finditer(html):
+        yield match.group(0)
+
+
+def _snippet(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) <= MAX_SNIPPET_CHARS:
+        return text
+    return text[: MAX_SNIPPET_CHARS - 3] + "..."
