@@ -153,5 +153,6 @@ class RunListener:
     def close(self) -> None:
         """Stop listening and return the connection."""
         if self._conn is not None:
-            self._conn.close()
+            # A listening session must not go back to the pool.
+            self._conn.invalidate()
             self._conn = None

@@ -1,0 +1,1 @@
+"""The scheduler: ``python -m scheduler`` enqueues runs, follows them and reports."""

@@ -1,0 +1,88 @@
+"""How a run looks in a terminal: the status table and the live progress bar."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console, Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+#: Session states shown in the summary line, in this order.
+SHOWN_STATES = ("succeeded", "failed", "stopped", "cancelled", "error", "running", "verifying",
+                "pending")
+
+
+def status_view(status: dict[str, Any]) -> Group:
+    """A run's status as rich renderables: a summary table and the waves."""
+    sessions = status["sessions"]
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("run", f"{status['run']}  {status['status']}  ({status['waves_spec']}, "
+                           f"model {status['model']}, profile {status['profile']})")
+    summary.add_row("sessions", f"{sessions['total']} total: " + ", ".join(
+        f"{sessions[s]} {s}" for s in SHOWN_STATES if sessions[s]))
+    art = status["artifacts"]
+    summary.add_row("artifacts", f"{art['total']} ({art['versions']} versions, "
+                                 f"{art['verified']} verified)")
+    errors = status["tool_errors"]
+    kinds = ", ".join(f"{k} {v}" for k, v in errors["by_kind"].items())
+    summary.add_row("tool errors", f"{errors['total']}" + (f" ({kinds})" if kinds else ""))
+    tokens = status["tokens"]
+    summary.add_row("tokens", f"{tokens['total']:,} (prompt {tokens['prompt']:,}, cached "
+                              f"{tokens['cached']:,}, output {tokens['output']:,}, thoughts "
+                              f"{tokens['thoughts']:,})")
+    summary.add_row("turns / cost", f"{status['turns']} turns, ${status['cost_usd']:.4f}")
+    if status["elapsed_s"] is not None:
+        summary.add_row("elapsed", f"{status['elapsed_s']:.1f} s")
+    waves = Table("wave", "size", "status", "done", "started", "finished", box=None)
+    for w in status["waves"]:
+        waves.add_row(str(w["index"]), str(w["size"]), w["status"], str(w["done"]),
+                      _clock(w["started_at"]), _clock(w["finished_at"]))
+    return Group(summary, waves)
+
+
+def _clock(iso: str | None) -> str:
+    return iso[11:23] if iso else "-"
+
+
+class RunProgress:
+    """A live progress bar of sessions ended, refreshed from status snapshots."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]run {task.fields[run]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("wave {task.fields[wave]}  ok {task.fields[ok]}  "
+                       "bad {task.fields[bad]}  ${task.fields[cost]:.4f}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task: Any = None
+
+    def __enter__(self) -> Callable[[dict[str, Any]], None]:
+        self._progress.start()
+        return self.update
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def update(self, status: dict[str, Any]) -> None:
+        """Show a new snapshot."""
+        sessions = status["sessions"]
+        running = [w["index"] for w in status["waves"] if w["status"] == "running"]
+        done_waves = sum(1 for w in status["waves"] if w["status"] == "finished")
+        fields = {
+            "run": status["run"],
+            "wave": f"{running[0] if running else done_waves}/{len(status['waves'])}",
+            "ok": sessions["succeeded"],
+            "bad": sessions["ended"] - sessions["succeeded"],
+            "cost": status["cost_usd"],
+        }
+        if self._task is None:
+            self._task = self._progress.add_task("run", total=sessions["total"], **fields)
+        self._progress.update(self._task, completed=sessions["ended"], **fields)

@@ -1,0 +1,1 @@
+"""The verifier: judges handed-off artifacts (``verify`` queue, ``python -m verifier``)."""
