@@ -1,0 +1,87 @@
+"""Factories for runs, sessions and scripted model turns."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy import Engine, select
+
+from worker.db import utcnow
+from worker.model import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
+from worker.runs import RunConfig, create_run
+from worker.runtime import Runtime
+from worker.store import take_outbox
+from worker.tables import sessions
+
+_seeds = itertools.count(1000)
+
+
+def make_run(engine: Engine, *, waves: str = "1x1", model: str = "sim",
+             start: bool = True, **config: Any) -> tuple[int, list[int]]:
+    """Create a run (wave 1 started unless ``start`` is false); returns (run id, session ids)."""
+    config.setdefault("seed", next(_seeds))
+    config.setdefault("sim_latency_ms", 0)
+    with engine.begin() as conn:
+        run_id = create_run(conn, model=model, config=RunConfig(waves=waves, **config),
+                            now=utcnow())
+        if start:
+            take_outbox(conn, now=utcnow(), run_id=run_id)
+        ids = conn.execute(select(sessions.c.id).where(sessions.c.run_id == run_id)
+                           .order_by(sessions.c.index)).scalars().all()
+    return run_id, list(ids)
+
+
+def call(tool: str, /, **args: Any) -> FunctionCall:
+    """A function call, as a model would send it."""
+    return FunctionCall(tool, args)
+
+
+def model_turn(*calls: FunctionCall, text: str = "") -> ModelTurn:
+    """A model turn with the given calls (or only text)."""
+    parts: list[dict[str, Any]] = [
+        {"function_call": {"id": f"c{i}", "name": c.name, "args": c.args}}
+        for i, c in enumerate(calls)]
+    if text:
+        parts.insert(0, {"text": text})
+    content: Content = {"role": "model", "parts": parts}
+    return ModelTurn(content=content, calls=calls_of(content), text=text,
+                     usage=TokenUsage(prompt_tokens=1000, cached_tokens=800, output_tokens=50,
+                                      thoughts_tokens=20))
+
+
+class ScriptedModel:
+    """Plays back model turns in order; ``before`` runs inside each call (to inject faults)."""
+
+    def __init__(self, turns: Iterable[ModelTurn],
+                 before: Callable[[ModelRequest], None] | None = None) -> None:
+        self.turns = list(turns)
+        self.requests: list[ModelRequest] = []
+        self.before = before
+
+    def generate(self, request: ModelRequest) -> ModelTurn:
+        self.requests.append(request)
+        if self.before is not None:
+            self.before(request)
+        return self.turns[len(self.requests) - 1]
+
+
+def page(marker: str = "v1") -> str:
+    """A small page that passes the static checks."""
+    return (
+        "<!doctype html><html><body><main id=\"dash\"><section id=\"gauges\">"
+        f"<h2>{marker}</h2></section></main><canvas id=\"c\"></canvas><script>"
+        "const ctx=document.getElementById('c').getContext('2d');let t=0;"
+        "function f(){t++;ctx.fillRect(t%100,10,5,5);requestAnimationFrame(f);}"
+        "requestAnimationFrame(f);</script></body></html>"
+    )
+
+
+def run_script(rt: Runtime, session_id: int, turns: list[ModelTurn]) -> list[str]:
+    """Run turns 0..n-1 of a session in-process with a scripted model; returns outcomes."""
+    from worker.turn import run_turn
+
+    model = ScriptedModel(turns)
+    return [run_turn(rt=rt, session_id=session_id, turn_no=n, model=model).value
+            for n in range(len(turns))]

@@ -1,0 +1,153 @@
+"""Whole runs on a real Celery worker (threads pool), real Redis and real PostgreSQL."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import Engine, func, select
+
+from scheduler.cli import cli
+from scheduler.follow import until_finished
+from tests.conftest import WorkerProcess
+from tests.factories import make_run
+from worker.app import CeleryDispatcher
+from worker.settings import Settings
+from worker.store import Dispatch
+from worker.tables import artifact_versions, artifacts, events, sessions, usage
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+#: Seconds any whole run in these tests may take.
+RUN_TIMEOUT_S = 120
+
+
+def _enqueue(settings: Settings, *args: str) -> int:
+    result = CliRunner().invoke(cli, [
+        "--database-url", settings.database_url, "--broker-url", settings.broker_url,
+        "enqueue", "--model", "sim", "--seed", "7", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return int(result.output.split()[1].rstrip(":"))
+
+
+def _duplicates(engine: Engine) -> dict[str, int]:
+    """Rows that would betray a turn committed twice (all must be 0)."""
+    with engine.connect() as conn:
+        usage_per_turn = select(usage.c.session_id, usage.c.turn_no).group_by(
+            usage.c.session_id, usage.c.turn_no).having(func.count() > 1)
+        model_events = select(events.c.session_id, events.c.turn_no).where(
+            events.c.kind == "model").group_by(events.c.session_id, events.c.turn_no).having(
+            func.count() > 1)
+        # version numbers of each artifact must be exactly 1..n
+        gaps = select(artifacts.c.id).join(artifact_versions).group_by(artifacts.c.id).having(
+            func.count() != func.max(artifact_versions.c.version))
+        return {name: len(conn.execute(q).all()) for name, q in
+                (("usage", usage_per_turn), ("model_events", model_events),
+                 ("version_gaps", gaps))}
+
+
+def test_3x4_run_succeeds_in_wave_order(settings: Settings, engine: Engine,
+                                        start_worker: Callable[..., WorkerProcess]) -> None:
+    # Given a worker on the threads pool
+    worker = start_worker()
+    # When a 3x4 run is enqueued and followed to its end
+    run_id = _enqueue(settings, "--wave", "3x4", "--sim-latency-ms", "50")
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    # Then all 12 sessions succeeded, each with one artifact and its version history
+    assert status["sessions"]["succeeded"] == 12, status
+    assert status["artifacts"]["total"] == 12
+    assert status["artifacts"]["verified"] == 12
+    with engine.connect() as conn:
+        per_session = conn.execute(
+            select(artifacts.c.session_id, func.count(artifact_versions.c.id))
+            .join(artifact_versions).group_by(artifacts.c.session_id)).all()
+    assert len(per_session) == 12
+    assert all(n >= 2 for _, n in per_session)  # created, then a region edited in place
+    # and wave k+1 started only after wave k finished
+    waves = status["waves"]
+    assert [w["index"] for w in waves] == [1, 2, 3]
+    for earlier, later in itertools.pairwise(waves):
+        assert earlier["finished_at"] <= later["started_at"]
+    assert status["tokens"]["cached"] > 0 and status["cost_usd"] > 0
+    assert _duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
+    assert worker.errors() == []
+
+
+def test_duplicated_turn_messages_are_harmless(settings: Settings, engine: Engine, app: Any,
+                                               start_worker: Callable[..., WorkerProcess]
+                                               ) -> None:
+    # Given a run whose first turns are each delivered three times
+    start_worker()
+    run_id, ids = make_run(engine, waves="1x4", sim_latency_ms=30)
+    dispatcher = CeleryDispatcher(app)
+    for _ in range(3):
+        for sid in ids:
+            dispatcher.send(Dispatch(sid, "turn", 0))
+    # When the run completes
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    # Then every turn committed once: one usage row per turn, versions without gaps
+    assert status["sessions"]["succeeded"] == 4
+    assert _duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
+    with engine.connect() as conn:
+        turns = conn.execute(select(func.sum(sessions.c.next_turn))
+                             .where(sessions.c.run_id == run_id)).scalar_one()
+        rows = conn.execute(select(func.count()).select_from(usage)
+                            .where(usage.c.run_id == run_id)).scalar_one()
+    assert rows == turns
+
+
+def test_lost_messages_are_redispatched_by_the_reconciler(
+        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Given a run whose wave 1 started in the database but whose messages never reached Redis
+    start_worker()
+    run_id, _ = make_run(engine, waves="2x3", sim_latency_ms=30)
+    # When nobody sends anything, the workers' reconciler finds the due sessions
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    # Then the run still completes
+    assert status["sessions"]["succeeded"] == 6
+
+
+def test_misbehaving_personas_never_crash_the_worker(
+        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Given sloppy, explorer and markdown agents
+    worker = start_worker()
+    run_id = _enqueue(settings, "--wave", "1x9", "--sim-latency-ms", "10",
+                      "--sim-mix", "sloppy,explorer,markdown", "--max-turns", "12")
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    # Then every session ended in a recorded state, the misbehaviour shows as tool errors,
+    # and the worker is alive with no task that raised
+    sessions_ = status["sessions"]
+    assert sessions_["ended"] == 9
+    assert sessions_["succeeded"] + sessions_["stopped"] == 9
+    kinds = set(status["tool_errors"]["by_kind"])
+    assert {"no_tool_call", "not_found"} <= kinds
+    assert kinds & {"bad_arguments", "too_large", "unknown_tool", "conflict",
+                    "region_not_found"}
+    assert worker.alive and worker.errors() == []
+    with engine.connect() as conn:
+        ended = conn.execute(select(sessions.c.status, sessions.c.outcome)
+                             .where(sessions.c.run_id == run_id)).all()
+    assert all(outcome for _, outcome in ended)
+
+
+def test_status_json_has_the_documented_shape(settings: Settings, engine: Engine,
+                                              start_worker: Callable[..., WorkerProcess]
+                                              ) -> None:
+    start_worker()
+    run_id = _enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "10")
+    until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    result = CliRunner().invoke(cli, ["--database-url", settings.database_url, "status",
+                                      str(run_id), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0
+    status = json.loads(result.output)
+    assert status["run"] == run_id and status["status"] == "finished"
+    assert {"total", "succeeded", "failed", "stopped", "error"} <= set(status["sessions"])
+    assert {"index", "started_at", "finished_at"} <= set(status["waves"][0])
+    assert {"artifacts", "tool_errors", "tokens", "cost_usd"} <= set(status)
+    assert status["tokens"]["prompt"] > status["tokens"]["cached"] > 0
+
+
