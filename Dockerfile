@@ -1,0 +1,14 @@
+FROM python:3.11-slim-bookworm
+# Debian's Chromium renders artifacts for the verifier (Playwright drives it by path).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends chromium xvfb \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY pyproject.toml README.md alembic.ini ./
+COPY worker worker
+COPY scheduler scheduler
+COPY verifier verifier
+COPY ops ops
+COPY migrations migrations
+RUN pip install --no-cache-dir .
+USER nobody
