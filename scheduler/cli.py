@@ -26,7 +26,7 @@ from worker.profiles import DEFAULT_PROFILE, PROFILES
 from worker.providers import check_model
 from worker.runs import RunConfig, WaveSpec, create_run, parse_mix
 from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
-from worker.status import latest_run_id, run_status
+from worker.status import latest_run_id, run_status, session_rows
 
 #: The command did what was asked.
 EXIT_OK = 0
@@ -194,9 +194,10 @@ def run(settings: Settings, waves: str, model: str, profile: str, seed: int | No
 
 @cli.command()
 @click.argument("run_id", required=False, type=int)
+@click.option("--sessions", "with_sessions", is_flag=True, help="List every session too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_obj
-def status(settings: Settings, run_id: int | None, as_json: bool) -> None:
+def status(settings: Settings, run_id: int | None, with_sessions: bool, as_json: bool) -> None:
     """Show a run's waves, sessions, artifacts, errors, tokens and cost (default: latest)."""
     engine = make_engine(settings)
     try:
@@ -206,6 +207,8 @@ def status(settings: Settings, run_id: int | None, as_json: bool) -> None:
             if run_id is None:
                 raise click.ClickException("no runs yet")
             status = run_status(conn, run_id)
+            if with_sessions:
+                status["session_list"] = session_rows(conn, run_id)
     finally:
         engine.dispose()
     _print_status(status, as_json=as_json)

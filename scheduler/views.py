@@ -41,7 +41,15 @@ def status_view(status: dict[str, Any]) -> Group:
     for w in status["waves"]:
         waves.add_row(str(w["index"]), str(w["size"]), w["status"], str(w["done"]),
                       _clock(w["started_at"]), _clock(w["finished_at"]))
-    return Group(summary, waves)
+    if "session_list" not in status:
+        return Group(summary, waves)
+    table = Table("session", "wave", "persona", "status", "outcome", "turns", "versions",
+                  "errors", "cost", box=None)
+    for row in status["session_list"]:
+        table.add_row(str(row["index"]), str(row["wave"]), row["persona"], row["status"],
+                      row["outcome"] or "-", str(row["turns"]), str(row["versions"]),
+                      str(row["errors"]), f"${row['cost_usd']:.4f}")
+    return Group(summary, waves, table)
 
 
 def _clock(iso: str | None) -> str:

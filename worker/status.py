@@ -110,3 +110,36 @@ def latest_run_id(conn: Connection) -> int | None:
     """The id of the most recent run, if any."""
     value = conn.execute(select(func.max(runs.c.id))).scalar()
     return int(value) if value is not None else None
+
+
+def session_rows(conn: Connection, run_id: int) -> list[dict[str, Any]]:
+    """One line per session: where it stands, what it took and what it cost."""
+    cost = (select(usage.c.session_id, func.count().label("turns"),
+                   func.sum(usage.c.cost_usd).label("cost"))
+            .where(usage.c.run_id == run_id).group_by(usage.c.session_id).subquery())
+    versions = (select(artifacts.c.session_id, func.count(artifact_versions.c.id).label("n"))
+                .join(artifact_versions).group_by(artifacts.c.session_id).subquery())
+    errors = (select(events.c.session_id, func.count().label("n"))
+              .where(events.c.kind.in_(["tool_error", "nudge"]))
+              .group_by(events.c.session_id).subquery())
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.index.label("session_index"),
+               waves.c.index.label("wave_index"), sessions.c.persona, sessions.c.status,
+               sessions.c.outcome, sessions.c.repair_round, sessions.c.error,
+               func.coalesce(cost.c.turns, 0).label("turns"),
+               func.coalesce(cost.c.cost, 0.0).label("cost"),
+               func.coalesce(versions.c.n, 0).label("versions"),
+               func.coalesce(errors.c.n, 0).label("errors"))
+        .join(waves, waves.c.id == sessions.c.wave_id)
+        .outerjoin(cost, cost.c.session_id == sessions.c.id)
+        .outerjoin(versions, versions.c.session_id == sessions.c.id)
+        .outerjoin(errors, errors.c.session_id == sessions.c.id)
+        .where(sessions.c.run_id == run_id).order_by(sessions.c.index)).all()
+    return [
+        {"id": r.id, "index": r.session_index, "wave": r.wave_index, "persona": r.persona,
+         "status": r.status, "outcome": r.outcome, "turns": int(r.turns),
+         "versions": int(r.versions), "errors": int(r.errors),
+         "repair_rounds": r.repair_round, "cost_usd": round(float(r.cost), 6),
+         "error": r.error}
+        for r in rows
+    ]
