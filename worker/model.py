@@ -7,7 +7,7 @@ can be rebuilt on any worker and replayed offline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 #: A conversation entry, shaped like ``google.genai.types.Content`` dumped to JSON.
@@ -74,8 +74,6 @@ class ModelTurn:
     text: str
     usage: TokenUsage
     finish_reason: str = "STOP"
-    latency_ms: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Model(Protocol):

@@ -129,8 +129,7 @@ class SimModel:
             time.sleep(self.latency_ms * rng.uniform(0.8, 1.2) / 1000)
         usage = self._usage(request, content, rng)
         text = "".join(p.get("text", "") for p in content["parts"])
-        return ModelTurn(content=content, calls=calls_of(content), text=text, usage=usage,
-                         latency_ms=self.latency_ms)
+        return ModelTurn(content=content, calls=calls_of(content), text=text, usage=usage)
 
     def _page(self, *, flawed: bool) -> str:
         return render_dashboard(self.design_seed, title=self.title,

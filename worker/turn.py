@@ -89,6 +89,7 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
     request = ModelRequest(model=view.model, system_instruction=prefix.system_instruction,
                            tools=prefix.tools, history=tuple(history.rebuild(view.events)),
                            tool_mode=profile.tool_mode)
+    called = time.monotonic()
     try:
         answer = (model or model_for(view, rt.settings)).generate(request)
     except ModelUnavailable as exc:
@@ -98,14 +99,15 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
         _retry_later(rt, claim, exc, retries)
     except ModelFatal as exc:
         return _end(rt, claim, SessionStatus.error, outcome="model_error", error=str(exc))
-    outcome = _commit(rt, claim, view, answer)
+    latency_ms = int((time.monotonic() - called) * 1000)
+    outcome = _commit(rt, claim, view, answer, latency_ms)
     logger.info("turn %s/%s %s in %.2fs (%d calls)", session_id, turn_no, outcome.value,
                 time.monotonic() - started, len(answer.calls))
     return outcome
 
 
-def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView,
-            answer: ModelTurn) -> TurnOutcome:
+def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView, answer: ModelTurn,
+            latency_ms: int) -> TurnOutcome:
     now = rt.clock()
     profile = get_profile(view.profile)
     with rt.engine.begin() as conn:
@@ -134,7 +136,7 @@ def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView,
                             "tool_use_tokens": usage.tool_use_tokens,
                             "cost_usd": rt.prices.cost_usd(view.model, usage),
                             "price_date": rt.prices.price(view.model).as_of,
-                            "latency_ms": answer.latency_ms,
+                            "latency_ms": latency_ms,
                         })
         verifying = ctx.handed_off is not None
         status = SessionStatus.verifying if verifying else SessionStatus.running
