@@ -1,0 +1,1 @@
+"""Operations: metrics, fakes, benchmarks and service helpers around the Swarm runtime."""

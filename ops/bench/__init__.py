@@ -1,0 +1,1 @@
+"""Benchmarks of the runtime against real services (``python -m ops.bench.<name>``)."""
