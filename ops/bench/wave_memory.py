@@ -32,7 +32,7 @@ from itertools import pairwise
 from typing import Any
 
 import click
-import psutil  # type: ignore[import-untyped]
+import psutil
 import psycopg
 import redis
 from psycopg import sql

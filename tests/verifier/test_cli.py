@@ -1,0 +1,125 @@
+"""``python -m verifier check``: output, exit codes, in-process and as a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from verifier.cli import EXIT_FAILED, EXIT_PASSED, EXIT_UNJUDGED, cli
+
+PAGES = Path(__file__).parent / "pages"
+ROOT = Path(__file__).resolve().parents[2]
+#: Passed as --min-fps: the machine running the tests may be busy (see conftest).
+MIN_FPS = "15"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.mark.browser
+def test_good_page_passes_with_json(runner: CliRunner, tmp_path: Path) -> None:
+    # Given the good page and a place for its screenshot
+    shot = tmp_path / "shot.png"
+    # When it is checked with --json
+    result = runner.invoke(
+        cli,
+        [
+            "check",
+            str(PAGES / "good.html"),
+            "--json",
+            "--screenshot",
+            str(shot),
+            "--min-fps",
+            MIN_FPS,
+        ],
+    )
+    # Then it exits 0 and stdout is exactly one JSON object
+    assert result.exit_code == EXIT_PASSED, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] is True
+    assert data["fps"] >= float(MIN_FPS)
+    assert len(data["checks"]) == 12
+    assert result.stderr == ""
+    assert shot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_static_failure_exits_1_with_a_table(runner: CliRunner) -> None:
+    # Given a page that loads a script from a CDN
+    # When it is checked (no browser is started for it)
+    result = runner.invoke(cli, ["check", str(PAGES / "cdn_script.html")])
+    # Then it exits 1 and the table names the failing check
+    assert result.exit_code == EXIT_FAILED
+    lines = result.stdout.splitlines()
+    assert len(lines) == 5
+    assert lines[3].startswith("FAIL  no_external_url")
+    assert lines[-1] == "FAILED (1 of 4)"
+
+
+@pytest.mark.browser
+def test_browser_failure_exits_1(runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["check", str(PAGES / "js_error.html"), "--json"])
+    assert result.exit_code == EXIT_FAILED
+    data = json.loads(result.stdout)
+    assert [c["name"] for c in data["checks"] if not c["passed"]] == ["no_page_errors"]
+
+
+def test_missing_file_exits_2(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["check", str(tmp_path / "nope.html")])
+    assert result.exit_code == EXIT_UNJUDGED
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: cannot read")
+    assert result.stderr.count("\n") == 1
+
+
+def test_missing_chromium_exits_2(runner: CliRunner) -> None:
+    result = runner.invoke(
+        cli, ["check", str(PAGES / "good.html"), "--chromium", "/nonexistent/chromium"]
+    )
+    assert result.exit_code == EXIT_UNJUDGED
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: browser unavailable: could not launch Chromium")
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.browser
+def test_module_entry_point(tmp_path: Path) -> None:
+    # Given a real `python -m verifier` process
+    # When it checks the good page and a missing file
+    good = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verifier",
+            "check",
+            str(PAGES / "good.html"),
+            "--json",
+            "--min-fps",
+            MIN_FPS,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    missing = subprocess.run(
+        [sys.executable, "-m", "verifier", "check", str(tmp_path / "nope.html")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # Then the exit codes and output are those of the in-process CLI
+    assert good.returncode == EXIT_PASSED, good.stderr
+    assert json.loads(good.stdout)["passed"] is True
+    assert missing.returncode == EXIT_UNJUDGED
+    assert missing.stdout == ""
+    assert "cannot read" in missing.stderr

@@ -1,0 +1,197 @@
+"""Every page of the corpus gets exactly the verdict it deserves."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from verifier.browser import Browser
+from verifier.verdict import judge
+
+logger = logging.getLogger(__name__)
+
+STATIC = ["size", "canvas_2d", "raf_loop", "no_external_url"]
+IN_BROWSER = [
+    "fps",
+    "own_loop_share",
+    "canvas_changes",
+    "no_page_errors",
+    "no_blocked_requests",
+    "no_popups",
+    "no_sockets",
+    "screenshot_not_blank",
+]
+
+#: Pages the static checks already refuse: the browser must not be used at all.
+STATIC_FAILURES = {
+    "cdn_script.html": ["no_external_url"],
+    "css_import.html": ["no_external_url"],
+    "external_fetch.html": ["no_external_url"],
+    "websocket.html": ["no_external_url"],
+    "set_interval.html": ["raf_loop"],
+}
+
+#: Pages that pass the static checks and are caught (or passed) in Chromium.
+BROWSER_VERDICTS = {
+    "good.html": [],
+    "cdn_script_runtime.html": ["no_blocked_requests"],
+    "css_import_runtime.html": ["no_blocked_requests"],
+    "external_fetch_runtime.html": ["no_blocked_requests"],
+    "websocket_hidden.html": ["no_sockets"],
+    "eventsource.html": ["no_page_errors", "no_sockets"],
+    "js_error.html": ["no_page_errors"],
+    "static_canvas.html": ["fps", "own_loop_share", "canvas_changes"],
+    "blank.html": ["canvas_changes", "screenshot_not_blank"],
+    "popup.html": ["no_popups"],
+    "timer_raf.html": ["fps", "own_loop_share"],
+    "busy.html": [
+        "fps",
+        "own_loop_share",
+        "canvas_changes",
+        "no_page_errors",
+        "screenshot_not_blank",
+    ],
+}
+
+#: The one thing each page does wrong, as the check's measured value shows it.
+EXPECTED_VALUES = {
+    "cdn_script_runtime.html": ("no_blocked_requests", ["https://cdn.jsdelivr.net/npm/chart.js"]),
+    "css_import_runtime.html": (
+        "no_blocked_requests",
+        ["https://fonts.googleapis.com/css2?family=Inter"],
+    ),
+    "external_fetch_runtime.html": (
+        "no_blocked_requests",
+        ["https://api.example.com/prices.json"],
+    ),
+    "websocket_hidden.html": ("no_sockets", ["WebSocket wss://feed.example.com/live"]),
+    "eventsource.html": ("no_sockets", ["EventSource https://events.example.com/stream"]),
+    "js_error.html": (
+        "no_page_errors",
+        ["TypeError: Cannot read properties of undefined (reading 'map')"],
+    ),
+    "popup.html": ("no_popups", {"window_open": ["about:blank"], "popups": []}),
+}
+
+
+class _NoBrowser:
+    """Stands in for Browser where the static checks must stop the page first."""
+
+    def measure(self, html: str, **_: object) -> object:
+        raise AssertionError("the browser was used for a page that fails its static checks")
+
+
+@pytest.mark.parametrize(("name", "failed"), STATIC_FAILURES.items())
+def test_static_failures_never_reach_the_browser(
+    page_html: Callable[[str], str], name: str, failed: list[str]
+) -> None:
+    # Given a page with a defect visible in its source
+    # When it is judged
+    verdict = judge(page_html(name), browser=_NoBrowser())  # type: ignore[arg-type]
+    # Then exactly that static check fails and no browser check exists
+    assert not verdict.passed
+    assert verdict.failed == failed
+    assert [check.name for check in verdict.checks] == STATIC
+    assert verdict.fps is None
+    assert verdict.screenshot_png is None
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(("name", "failed"), BROWSER_VERDICTS.items())
+def test_browser_verdicts(
+    browser: Browser,
+    page_html: Callable[[str], str],
+    min_fps: float,
+    name: str,
+    failed: list[str],
+) -> None:
+    # Given a page that passes the static checks
+    html = page_html(name)
+    # When it is judged in Chromium
+    verdict = judge(html, browser=browser, min_fps=min_fps)
+    # Then exactly the checks it deserves fail, after all static and browser checks ran
+    assert [check.name for check in verdict.checks] == STATIC + IN_BROWSER
+    assert verdict.failed == failed, [c.detail for c in verdict.checks if not c.passed]
+    assert verdict.passed is (not failed)
+    assert verdict.fps is not None
+    if name in EXPECTED_VALUES:
+        check_name, value = EXPECTED_VALUES[name]
+        assert next(c.value for c in verdict.checks if c.name == check_name) == value
+    for check in verdict.checks:
+        assert check.detail.endswith("."), check
+
+
+@pytest.mark.browser
+def test_good_page_report(
+    browser: Browser, page_html: Callable[[str], str], min_fps: float
+) -> None:
+    # Given the good dashboard
+    html = page_html("good.html")
+    # When it is measured
+    report = browser.measure(html)
+    # Then its own loop drives every frame of a full-window canvas that changes
+    logger.info("good.html measured in %.2fs at %.1f fps", report.elapsed_s, report.fps)
+    assert report.measured
+    assert report.fps >= min_fps
+    assert report.own_loop_share >= 0.9
+    assert report.callbacks_per_s == pytest.approx(report.fps, rel=0.05)
+    assert report.canvas_size == (1280, 800)
+    assert report.canvas_changed
+    assert report.contexts_2d == 1
+    assert report.draw_calls > 100
+    assert report.errors == report.blocked_requests == report.sockets == ()
+    assert report.window_opens == report.popups == ()
+    assert not report.crashed
+    assert report.screenshot_png is not None
+    assert report.screenshot_png.startswith(b"\x89PNG")
+    assert report.screenshot_blank is False
+    assert 2.5 <= report.elapsed_s < 8
+
+
+@pytest.mark.browser
+def test_reloading_during_the_window_is_the_pages_fault(browser: Browser) -> None:
+    # Given a page that reloads itself once, half a second into the measurement
+    html = (
+        "<canvas></canvas><script>"
+        "if (!sessionStorage.getItem('seen')) { sessionStorage.setItem('seen', '1');"
+        " setTimeout(() => location.reload(), 1000); }</script>"
+    )
+    # When it is measured
+    report = browser.measure(html, warmup_s=0.5, measure_s=1.0)
+    # Then the page is blamed, and the reload was served the same document, not blocked
+    assert not report.measured
+    assert report.errors == ("The page navigated away or reloaded itself during measurement.",)
+    assert report.blocked_requests == ()
+    assert report.screenshot_png is not None
+
+
+@pytest.mark.browser
+def test_link_popups_are_closed_and_recorded(browser: Browser) -> None:
+    # Given a page that opens a window through a target=_blank link, not window.open
+    html = (
+        "<canvas></canvas><script>const a = document.createElement('a');"
+        " a.href = 'about:blank#details'; a.target = '_blank';"
+        " document.body.appendChild(a); a.click();</script>"
+    )
+    # When it is measured
+    report = browser.measure(html, warmup_s=0.2, measure_s=0.3)
+    # Then the popup that appeared is recorded (and was closed at once)
+    assert len(report.popups) == 1
+    assert report.window_opens == ()
+
+
+@pytest.mark.browser
+def test_page_that_never_finishes_loading_is_blamed(
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a page whose inline script never returns, and a short load timeout
+    monkeypatch.setattr("verifier.page.LOAD_TIMEOUT_S", 2.0)
+    html = "<canvas></canvas><script>for (;;) {}</script>"
+    # When it is measured
+    report = browser.measure(html, warmup_s=0.1, measure_s=0.2)
+    # Then the page is reported unresponsive, not the browser unavailable
+    assert not report.measured
+    assert report.errors[0].startswith("The page stopped responding")
+    assert report.screenshot_png is None

@@ -1,0 +1,157 @@
+"""Browser reports become checks with values and repair hints; verdicts serialise."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from verifier.page import BrowserReport
+from verifier.verdict import Verdict, browser_checks, judge
+
+HEALTHY = BrowserReport(
+    measured=True,
+    window_s=2.0,
+    fps=60.0,
+    callbacks_per_s=60.0,
+    own_loop_share=1.0,
+    display_frames=120,
+    page_frames=120,
+    draw_calls=900,
+    contexts_2d=1,
+    canvas_size=(1280, 800),
+    canvas_changed=True,
+    errors=(),
+    blocked_requests=(),
+    window_opens=(),
+    popups=(),
+    sockets=(),
+    crashed=False,
+    screenshot_png=b"\x89PNG...",
+    screenshot_blank=False,
+    elapsed_s=3.1,
+)
+
+
+def make_report(**overrides: Any) -> BrowserReport:
+    """A report of a healthy page, with ``overrides`` applied."""
+    return dataclasses.replace(HEALTHY, **overrides)
+
+
+def failing(report: BrowserReport, **kwargs: Any) -> dict[str, Any]:
+    return {c.name: c for c in browser_checks(report, **kwargs) if not c.passed}
+
+
+def test_healthy_report_passes_every_check() -> None:
+    checks = browser_checks(HEALTHY)
+    assert [c.name for c in checks] == [
+        "fps",
+        "own_loop_share",
+        "canvas_changes",
+        "no_page_errors",
+        "no_blocked_requests",
+        "no_popups",
+        "no_sockets",
+        "screenshot_not_blank",
+    ]
+    assert all(c.passed for c in checks)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "name", "value", "hint"),
+    [
+        ({"fps": 12.34, "page_frames": 25, "display_frames": 25}, "fps", 12.3, "overloaded"),
+        ({"fps": 9.0, "page_frames": 18, "own_loop_share": 1.0}, "fps", 9.0, "throttling"),
+        ({"fps": 0.0, "page_frames": 0, "own_loop_share": 1.0}, "fps", 0.0, "never ran"),
+        ({"own_loop_share": 0.5}, "own_loop_share", 0.5, "inside every frame callback"),
+        ({"canvas_changed": False}, "canvas_changes", False, "1280x800"),
+        ({"canvas_changed": False, "canvas_size": None}, "canvas_changes", False, "<canvas>"),
+        ({"errors": ("TypeError: x",)}, "no_page_errors", ["TypeError: x"], "TypeError: x"),
+        ({"blocked_requests": ("https://a.test/x.js",)}, "no_blocked_requests", None, "inline"),
+        ({"sockets": ("WebSocket wss://a.test",)}, "no_sockets", None, "simulate"),
+        ({"popups": ("https://a.test/",)}, "no_popups", None, "window.open"),
+        ({"screenshot_blank": True}, "screenshot_not_blank", False, "flat colour"),
+        ({"screenshot_png": None, "screenshot_blank": None}, "screenshot_not_blank", False, "hung"),
+    ],
+)
+def test_each_defect_fails_one_check_with_a_hint(
+    overrides: dict[str, Any], name: str, value: object, hint: str
+) -> None:
+    # Given a report with one defect
+    # When it is turned into checks
+    failed = failing(make_report(**overrides))
+    # Then exactly that check fails, carrying the value and a hint naming the fix
+    assert list(failed) == [name]
+    if value is not None:
+        assert failed[name].value == value
+    assert hint in failed[name].detail
+
+
+def test_unmeasured_page_points_at_the_error() -> None:
+    report = make_report(
+        measured=False,
+        window_s=0.0,
+        fps=0.0,
+        callbacks_per_s=0.0,
+        own_loop_share=0.0,
+        display_frames=0,
+        page_frames=0,
+        canvas_size=None,
+        canvas_changed=False,
+        errors=("The page stopped responding: its main thread stayed busy.",),
+        screenshot_png=None,
+        screenshot_blank=None,
+    )
+    failed = failing(report)
+    assert list(failed) == [
+        "fps",
+        "own_loop_share",
+        "canvas_changes",
+        "no_page_errors",
+        "screenshot_not_blank",
+    ]
+    for name in ("fps", "own_loop_share", "canvas_changes"):
+        assert "see no_page_errors" in failed[name].detail
+
+
+def test_undecidable_screenshot_is_not_held_against_the_page() -> None:
+    assert not failing(make_report(screenshot_blank=None))
+
+
+def test_min_fps_is_a_parameter() -> None:
+    assert "fps" in failing(make_report(fps=45.0), min_fps=50.0)
+    assert not failing(make_report(fps=45.0), min_fps=40.0)
+
+
+def test_without_a_browser_only_static_checks_run() -> None:
+    # Given a page that passes the static checks, judged without a browser
+    html = "<canvas></canvas><script>c.getContext('2d'); requestAnimationFrame(f)</script>"
+    verdict = judge(html, browser=None)
+    # Then the verdict rests on the static checks alone
+    assert verdict.passed
+    assert [c.name for c in verdict.checks] == ["size", "canvas_2d", "raf_loop", "no_external_url"]
+    assert verdict.fps is None
+
+
+def test_verdict_json_round_trip() -> None:
+    verdict = Verdict(
+        passed=False,
+        checks=browser_checks(make_report(blocked_requests=("https://a.test/x",))),
+        fps=60.0,
+        screenshot_png=b"png",
+    )
+    data = json.loads(verdict.to_json())
+    assert data["passed"] is False
+    assert data["fps"] == 60.0
+    assert set(data) == {"passed", "checks", "fps"}
+    blocked = next(c for c in data["checks"] if c["name"] == "no_blocked_requests")
+    assert blocked == {
+        "name": "no_blocked_requests",
+        "passed": False,
+        "value": ["https://a.test/x"],
+        "detail": blocked["detail"],
+    }
+    assert verdict.failed == ["no_blocked_requests"]
+    assert data == verdict.to_dict()

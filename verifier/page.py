@@ -1,0 +1,271 @@
+"""One artifact measured in a fresh, offline browser context.
+
+:func:`measure_page` is the body of :meth:`verifier.browser.Browser.measure`; it runs on the
+browser's event loop. It blames the artifact only for what the artifact can cause (a crashed
+tab, a blocked main thread, navigating away) and lets every other Playwright error through
+for the caller to report as an infrastructure fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from playwright.async_api import Browser as PlaywrightBrowser
+from playwright.async_api import ConsoleMessage, Page, Route, ViewportSize
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+
+from verifier.png import png_is_blank
+from verifier.probe import MEASURE_CALL, PROBE_JS
+
+logger = logging.getLogger(__name__)
+
+#: The artifact is served as this one document; every other request is aborted.
+ARTIFACT_URL = "http://artifact.invalid/"
+#: Viewport of every measurement context.
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
+#: Canvas hashes taken during the window, after the one at its start.
+CANVAS_SAMPLES = 3
+#: Longest wait for the artifact's ``load`` event.
+LOAD_TIMEOUT_S = 10.0
+#: Slack on top of warm-up plus window before a page counts as unresponsive.
+RESPONSE_SLACK_S = 5.0
+#: Longest wait for a screenshot.
+SCREENSHOT_TIMEOUT_S = 5.0
+#: At most this many errors, requests or popups are kept per page.
+MAX_RECORDED = 50
+#: Console errors that only repeat a request the route already recorded as blocked.
+_BLOCKED_NOISE = "Failed to load resource"
+
+
+@dataclass(frozen=True)
+class BrowserReport:
+    """What one artifact did in Chromium during the measurement window.
+
+    Attributes:
+        measured: Whether the in-page measurement completed (False if the page hung,
+            crashed or navigated away first; the frame and canvas figures are then zero).
+        window_s: Length of the measurement window as the page's clock saw it.
+        fps: Frames per second in which the page's own rAF callbacks ran.
+        callbacks_per_s: The page's rAF callbacks per second (several loops count apart).
+        own_loop_share: Share of display frames (counted by the probe) in which the page ran.
+        display_frames: Display frames the probe's own rAF loop saw.
+        page_frames: Frames in which at least one of the page's rAF callbacks ran.
+        draw_calls: Calls to 2D drawing and path methods during the window.
+        contexts_2d: ``getContext('2d')`` calls since the page started.
+        canvas_size: Width and height of the largest canvas, or None without a canvas.
+        canvas_changed: Whether that canvas's pixels changed over the window.
+        errors: Uncaught exceptions, console errors and crash or hang notes.
+        blocked_requests: URLs the page tried to load besides its own document.
+        window_opens: URLs passed to ``window.open`` (always refused).
+        popups: URLs of other pages that opened anyway (closed at once).
+        sockets: WebSocket, EventSource or RTCPeerConnection attempts (always refused).
+        crashed: The page crashed its tab.
+        screenshot_png: A PNG of the viewport at the end, or None if none could be taken.
+        screenshot_blank: Whether every pixel of the screenshot has one colour (None: unknown).
+        elapsed_s: Wall time from opening the context to closing it.
+    """
+
+    measured: bool
+    window_s: float
+    fps: float
+    callbacks_per_s: float
+    own_loop_share: float
+    display_frames: int
+    page_frames: int
+    draw_calls: int
+    contexts_2d: int
+    canvas_size: tuple[int, int] | None
+    canvas_changed: bool
+    errors: tuple[str, ...]
+    blocked_requests: tuple[str, ...]
+    window_opens: tuple[str, ...]
+    popups: tuple[str, ...]
+    sockets: tuple[str, ...]
+    crashed: bool
+    screenshot_png: bytes | None = field(repr=False)
+    screenshot_blank: bool | None
+    elapsed_s: float
+
+
+@dataclass
+class _Observations:
+    """Everything the page's event handlers record while it runs."""
+
+    html: str
+    errors: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    popups: list[str] = field(default_factory=list)
+    crashed: bool = False
+    hung: bool = False
+
+    def note(self, bucket: list[str], item: str) -> None:
+        if len(bucket) < MAX_RECORDED and item not in bucket:
+            bucket.append(item)
+
+    async def route(self, route: Route) -> None:
+        request = route.request
+        # Requests can still arrive while the context closes; they need no answer then.
+        with contextlib.suppress(PlaywrightError):
+            if request.url == ARTIFACT_URL and request.is_navigation_request():
+                await route.fulfill(
+                    status=200, content_type="text/html; charset=utf-8", body=self.html
+                )
+                return
+            self.note(self.blocked, request.url)
+            await route.abort("internetdisconnected")
+
+    def on_console(self, message: ConsoleMessage) -> None:
+        if message.type == "error" and not message.text.startswith(_BLOCKED_NOISE):
+            self.note(self.errors, f"console.error: {message.text}")
+
+    def on_page_error(self, error: PlaywrightError) -> None:
+        self.note(self.errors, f"{error.name or 'Error'}: {error.message}")
+
+    def on_crash(self, _page: Page) -> None:
+        self.crashed = True
+        self.note(
+            self.errors, "The page crashed its browser tab (out of memory or a renderer fault)."
+        )
+
+
+async def measure_page(
+    browser: PlaywrightBrowser,
+    html: str,
+    *,
+    warmup_s: float,
+    measure_s: float,
+    is_alive: Callable[[], bool],
+) -> BrowserReport:
+    """Load ``html`` offline in a fresh context, let it warm up, then measure it.
+
+    Args:
+        browser: A connected Playwright browser.
+        html: The artifact, a complete HTML document.
+        warmup_s: Seconds the page runs before the window opens.
+        measure_s: Length of the measurement window in seconds.
+        is_alive: Whether the browser process is still up; consulted before blaming the page.
+
+    Returns:
+        The report; artifact failures (crash, hang, navigation) are recorded in it.
+
+    Raises:
+        playwright.async_api.Error: The browser failed in a way the artifact cannot cause.
+    """
+    started = time.monotonic()
+    seen = _Observations(html)
+    context = await browser.new_context(viewport=VIEWPORT)
+    try:
+        await context.set_offline(True)
+        await context.add_init_script(script=PROBE_JS)
+        await context.route("**/*", seen.route)
+        page = await context.new_page()
+        page.on("console", seen.on_console)
+        page.on("pageerror", seen.on_page_error)
+        page.on("crash", seen.on_crash)
+        context.on("page", lambda popup: _close_popup(popup, main=page, seen=seen))
+        raw = await _run_probe(
+            page, seen, warmup_s=warmup_s, measure_s=measure_s, is_alive=is_alive
+        )
+        png = None
+        if not seen.crashed and not seen.hung:
+            png = await _screenshot(page, seen, is_alive=is_alive)
+    finally:
+        with contextlib.suppress(PlaywrightError, TimeoutError):
+            await asyncio.wait_for(context.close(), timeout=LOAD_TIMEOUT_S)
+    return _report(raw or {}, seen, png, elapsed_s=time.monotonic() - started)
+
+
+async def _run_probe(
+    page: Page,
+    seen: _Observations,
+    *,
+    warmup_s: float,
+    measure_s: float,
+    is_alive: Callable[[], bool],
+) -> dict[str, Any] | None:
+    budget_s = warmup_s + measure_s + RESPONSE_SLACK_S
+    try:
+        await page.goto(ARTIFACT_URL, wait_until="load", timeout=LOAD_TIMEOUT_S * 1000)
+        logger.debug("loaded artifact (%d bytes)", len(seen.html))
+        call = page.evaluate(MEASURE_CALL, [warmup_s * 1000, measure_s * 1000, CANVAS_SAMPLES])
+        raw: dict[str, Any] = await asyncio.wait_for(call, timeout=budget_s)
+    except (PlaywrightError, TimeoutError) as exc:
+        _blame_page(exc, seen, is_alive=is_alive)
+        return None
+    return raw
+
+
+async def _screenshot(
+    page: Page, seen: _Observations, *, is_alive: Callable[[], bool]
+) -> bytes | None:
+    try:
+        return await page.screenshot(type="png", timeout=SCREENSHOT_TIMEOUT_S * 1000)
+    except (PlaywrightError, TimeoutError) as exc:
+        _blame_page(exc, seen, is_alive=is_alive)
+        return None
+
+
+def _blame_page(exc: Exception, seen: _Observations, *, is_alive: Callable[[], bool]) -> None:
+    """Record a failure the artifact caused, or re-raise one it could not have caused."""
+    if not is_alive():
+        raise exc
+    if seen.crashed:
+        return
+    text = str(exc)
+    if isinstance(exc, (TimeoutError, PlaywrightTimeoutError)):
+        seen.hung = True
+        seen.note(
+            seen.errors,
+            "The page stopped responding: its main thread stayed busy (an endless loop or a "
+            "very long task), so it could not load or be measured.",
+        )
+    elif "Execution context was destroyed" in text or "navigat" in text.lower():
+        seen.note(seen.errors, "The page navigated away or reloaded itself during measurement.")
+    else:
+        raise exc
+
+
+async def _close_popup(popup: Page, *, main: Page, seen: _Observations) -> None:
+    if popup is main:
+        return
+    seen.note(seen.popups, popup.url)
+    with contextlib.suppress(PlaywrightError):
+        await popup.close()
+
+
+def _report(
+    raw: dict[str, Any], seen: _Observations, png: bytes | None, *, elapsed_s: float
+) -> BrowserReport:
+    window_s = float(raw.get("elapsedMs", 0.0)) / 1000
+    display_frames = int(raw.get("displayFrames", 0))
+    page_frames = int(raw.get("pageFrames", 0))
+    canvas = raw.get("canvas")
+    return BrowserReport(
+        measured=bool(raw),
+        window_s=window_s,
+        fps=page_frames / window_s if window_s > 0 else 0.0,
+        callbacks_per_s=int(raw.get("callbacks", 0)) / window_s if window_s > 0 else 0.0,
+        own_loop_share=int(raw.get("sharedFrames", 0)) / display_frames if display_frames else 0.0,
+        display_frames=display_frames,
+        page_frames=page_frames,
+        draw_calls=int(raw.get("draws", 0)),
+        contexts_2d=int(raw.get("contexts2d", 0)),
+        canvas_size=(int(canvas[0]), int(canvas[1])) if canvas else None,
+        canvas_changed=bool(raw.get("canvasChanged", False)),
+        errors=tuple(seen.errors),
+        blocked_requests=tuple(seen.blocked),
+        window_opens=tuple(str(url) for url in raw.get("opens", [])[:MAX_RECORDED]),
+        popups=tuple(seen.popups),
+        sockets=tuple(str(attempt) for attempt in raw.get("sockets", [])[:MAX_RECORDED]),
+        crashed=seen.crashed,
+        screenshot_png=png,
+        screenshot_blank=png_is_blank(png) if png is not None else None,
+        elapsed_s=elapsed_s,
+    )
