@@ -25,8 +25,9 @@ def status_view(status: dict[str, Any]) -> Group:
     summary.add_row("sessions", f"{sessions['total']} total: " + ", ".join(
         f"{sessions[s]} {s}" for s in SHOWN_STATES if sessions[s]))
     art = status["artifacts"]
+    by = ", ".join(f"{n} {method}" for method, n in sorted(art["verified_by"].items()))
     summary.add_row("artifacts", f"{art['total']} ({art['versions']} versions, "
-                                 f"{art['verified']} verified)")
+                                 f"{art['verified']} verified" + (f": {by})" if by else ")"))
     errors = status["tool_errors"]
     kinds = ", ".join(f"{k} {v}" for k, v in errors["by_kind"].items())
     summary.add_row("tool errors", f"{errors['total']}" + (f" ({kinds})" if kinds else ""))

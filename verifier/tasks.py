@@ -1,31 +1,35 @@
-"""Celery task of the verify queue: judge one handed-off artifact version."""
+"""Celery task of the verify queue: a thin adapter around :func:`verify_handoff`."""
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict
+import logging
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_shutdown
 
+from verifier.verify import close_browser, shared_browser, verify_handoff
 from worker.app import VERIFY_TASK
-from worker.checks import passed, static_checks
-from worker.verdicts import VerdictIn, load_handoff, record_verdict
+from worker.errors import BrowserUnavailable
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name=VERIFY_TASK, bind=True, max_retries=None)  # type: ignore[untyped-decorator]
 def verify(self: Any, session_id: int, round_no: int) -> str:
     """Judge the version a session handed off in ``round_no`` and record the verdict."""
     rt = self.app.runtime
-    handoff = load_handoff(rt, session_id=session_id, round_no=round_no)
-    if handoff is None:
-        return "duplicate"
-    started = time.monotonic()
-    checks = static_checks(handoff.content, max_bytes=handoff.max_bytes)
-    verdict = VerdictIn(
-        passed=passed(checks),
-        method="static",
-        checks=[asdict(c) for c in checks],
-        elapsed_ms=int((time.monotonic() - started) * 1000),
-    )
-    return record_verdict(rt, handoff, verdict)
+    try:
+        return verify_handoff(rt, session_id=session_id, round_no=round_no,
+                              browser=shared_browser(rt.settings))
+    except BrowserUnavailable as exc:
+        # An infrastructure fault, never the artifact's: nothing was recorded; try again.
+        delay_s = min(2.0 * 2**self.request.retries, 60.0)
+        logger.warning("verify %s/%s: browser unavailable (%s); retry in %.0fs",
+                       session_id, round_no, exc, delay_s)
+        raise self.retry(countdown=delay_s, exc=exc) from None
+
+
+@worker_shutdown.connect  # type: ignore[untyped-decorator]
+def _close_browser(**_: Any) -> None:
+    close_browser()

@@ -14,7 +14,7 @@ import logging
 import threading
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from worker import store
 from worker.runtime import Runtime
@@ -27,16 +27,20 @@ def reconcile_once(rt: Runtime) -> int:
     """One pass; returns how many tasks were sent."""
     now = rt.clock()
     stale = now - timedelta(seconds=rt.settings.redispatch_after_s)
+    stale_verify = now - timedelta(seconds=rt.settings.verify_redispatch_after_s)
     s = sessions
+    running = s.c.status == SessionStatus.running.value
+    verifying = s.c.status == SessionStatus.verifying.value
     with rt.engine.begin() as conn:
         dispatches = store.take_outbox(conn, now=now, older_than=stale)
         # Claiming by UPDATE ... RETURNING means two reconcilers never send the same row.
         due = conn.execute(
             update(s)
             .where(
-                s.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
-                (s.c.lease_expires_at.is_(None)) | (s.c.lease_expires_at < now),
-                (s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale),
+                (running & ((s.c.lease_expires_at.is_(None)) | (s.c.lease_expires_at < now))
+                 & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale)))
+                | (verifying & ((s.c.dispatched_at.is_(None))
+                                | (s.c.dispatched_at < stale_verify)))
             )
             .values(dispatched_at=now)
             .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
@@ -49,14 +53,6 @@ def reconcile_once(rt: Runtime) -> int:
     if dispatches:
         logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
     return rt.send_all(dispatches)
-
-
-def pending_work(rt: Runtime) -> bool:
-    """True while some session is still active (used to stop an embedded run's loop)."""
-    s = sessions
-    with rt.engine.connect() as conn:
-        return conn.execute(select(s.c.id).where(s.c.status.in_(store.ACTIVE)).limit(1)
-                            ).first() is not None
 
 
 class ReconcilerThread(threading.Thread):

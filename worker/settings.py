@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     """How long a claimed turn owns its session before another worker may take it."""
     redispatch_after_s: float = Field(default=30.0, gt=0)
     """A due session untouched for this long is dispatched again by the reconciler."""
+    verify_redispatch_after_s: float = Field(default=300.0, gt=0)
+    """Like ``redispatch_after_s`` for a verification (they queue behind the browser)."""
     reconcile_interval_s: float = Field(default=5.0, gt=0)
     """Period of the reconciler loop inside each worker process."""
     max_turn_attempts: int = Field(default=5, ge=1)
@@ -55,6 +57,13 @@ class Settings(BaseSettings):
     """Debian's Chromium, driven by Playwright through ``executable_path``."""
     display: Literal["headless", "xvfb"] = "headless"
     """How the verifier renders: headless, or headed under a virtual X display."""
+    verifier: Literal["auto", "browser", "static"] = "auto"
+    """How artifacts are judged: in Chromium, by static checks only, or in Chromium when it
+    is installed (static checks otherwise, with a warning)."""
+    verify_max_pages: int | None = Field(default=None, ge=1)
+    """Pages rendered at once per verifier process (default: one per CPU)."""
+    verify_min_fps: float = Field(default=30.0, gt=0)
+    """Frames per second a page's own animation loop must reach."""
 
     gemini_api_key: SecretStr | None = Field(default=None)
     """Gemini API key; never logged, never stored."""

@@ -58,10 +58,10 @@ def run_status(conn: Connection, run_id: int) -> dict[str, Any]:
     n_versions = conn.execute(
         select(func.count()).select_from(versions.join(artifacts))
         .where(artifacts.c.session_id.in_(session_ids))).scalar_one()
-    n_verified = conn.execute(
-        select(func.count()).select_from(verifications)
+    verified_by: dict[str, int] = dict(conn.execute(
+        select(verifications.c.method, func.count())
         .where(verifications.c.session_id.in_(session_ids), verifications.c.passed)
-    ).scalar_one()
+        .group_by(verifications.c.method)).all())
     error_kind = func.coalesce(events.c.payload["kind"].as_string(),
                                events.c.payload["reason"].as_string())
     errors: dict[str, int] = dict(conn.execute(
@@ -97,7 +97,7 @@ def run_status(conn: Connection, run_id: int) -> dict[str, Any]:
             for w in wave_rows
         ],
         "artifacts": {"total": int(n_artifacts), "versions": int(n_versions),
-                      "verified": int(n_verified)},
+                      "verified": sum(verified_by.values()), "verified_by": verified_by},
         "tool_errors": {"total": int(sum(errors.values())),
                         "by_kind": {str(k): int(v) for k, v in sorted(errors.items())}},
         "turns": int(sums[0]),

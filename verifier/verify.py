@@ -1,0 +1,80 @@
+"""Judge a handed-off artifact version and record the verdict: the verify queue's work."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict
+
+from verifier.browser import Browser
+from verifier.verdict import judge
+from worker.errors import ConfigError
+from worker.runtime import Runtime
+from worker.settings import Settings
+from worker.verdicts import VerdictIn, load_handoff, record_verdict
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_browser: Browser | None = None
+_warned_static = False
+
+
+def shared_browser(settings: Settings) -> Browser | None:
+    """This process's browser, launched on first use; None when judging statically.
+
+    Raises:
+        ConfigError: ``verifier=browser`` but Chromium is not installed.
+    """
+    global _browser, _warned_static
+    use_browser = settings.verifier == "browser" or (
+        settings.verifier == "auto" and settings.chromium_path.exists())
+    if settings.verifier == "browser" and not settings.chromium_path.exists():
+        raise ConfigError(f"Chromium not found at {settings.chromium_path}")
+    with _lock:
+        if not use_browser:
+            if not _warned_static:
+                logger.warning("Chromium not found at %s: artifacts are judged by static "
+                               "checks only", settings.chromium_path)
+                _warned_static = True
+            return None
+        if _browser is None:
+            _browser = Browser(executable_path=settings.chromium_path, display=settings.display,
+                               max_pages=settings.verify_max_pages)
+        return _browser
+
+
+def close_browser() -> None:
+    """Shut this process's browser down, if it was launched."""
+    global _browser
+    with _lock:
+        if _browser is not None:
+            _browser.close()
+            _browser = None
+
+
+def verify_handoff(rt: Runtime, *, session_id: int, round_no: int,
+                   browser: Browser | None) -> str:
+    """Judge what a session handed off in ``round_no`` and record the verdict.
+
+    Returns:
+        What the verdict did: ``succeeded``, ``repair``, ``failed`` or ``duplicate``.
+
+    Raises:
+        BrowserUnavailable: Chromium failed; nothing was recorded, the caller retries.
+    """
+    handoff = load_handoff(rt, session_id=session_id, round_no=round_no)
+    if handoff is None:
+        return "duplicate"
+    started = time.monotonic()
+    verdict = judge(handoff.content, browser=browser, max_bytes=handoff.max_bytes,
+                    min_fps=rt.settings.verify_min_fps)
+    return record_verdict(rt, handoff, VerdictIn(
+        passed=verdict.passed,
+        method="browser" if browser is not None else "static",
+        checks=[asdict(c) for c in verdict.checks],
+        fps=verdict.fps,
+        screenshot_png=verdict.screenshot_png,
+        elapsed_ms=int((time.monotonic() - started) * 1000),
+    ))
