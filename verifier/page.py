@@ -54,6 +54,7 @@ class BrowserReport:
         window_s: Length of the measurement window as the page's clock saw it.
         fps: Frames per second in which the page's own rAF callbacks ran.
         callbacks_per_s: The page's rAF callbacks per second (several loops count apart).
+        script_ms_per_frame: Milliseconds the page's rAF callbacks took per frame they ran in.
         own_loop_share: Share of display frames (counted by the probe) in which the page ran.
         display_frames: Display frames the probe's own rAF loop saw.
         page_frames: Frames in which at least one of the page's rAF callbacks ran.
@@ -76,6 +77,7 @@ class BrowserReport:
     window_s: float
     fps: float
     callbacks_per_s: float
+    script_ms_per_frame: float
     own_loop_share: float
     display_frames: int
     page_frames: int
@@ -252,6 +254,8 @@ def _report(
         window_s=window_s,
         fps=page_frames / window_s if window_s > 0 else 0.0,
         callbacks_per_s=int(raw.get("callbacks", 0)) / window_s if window_s > 0 else 0.0,
+        script_ms_per_frame=(float(raw.get("callbackMs", 0.0)) / int(raw["pageFrames"])
+                             if raw.get("pageFrames") else 0.0),
         own_loop_share=int(raw.get("sharedFrames", 0)) / display_frames if display_frames else 0.0,
         display_frames=display_frames,
         page_frames=page_frames,

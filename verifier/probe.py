@@ -59,7 +59,7 @@ _PROBE_TEMPLATE = """
   const C2D = CanvasRenderingContext2D.prototype;
   const getImageData = C2D.getImageData;
   const stringify = JSON.stringify;
-  const rec = { on: false, callbacks: 0, pageTs: new Set(), probeTs: [], draws: 0 };
+  const rec = { on: false, callbacks: 0, pageTs: new Set(), probeTs: [], draws: 0, cbMs: 0 };
   const log = { ctx2d: 0, opens: [], sockets: [] };
   const contexts = new WeakMap();
 
@@ -76,8 +76,15 @@ _PROBE_TEMPLATE = """
   W.requestAnimationFrame = function requestAnimationFrame(cb) {
     if (typeof cb !== "function") return raf(cb);
     return raf((ts) => {
-      if (rec.on) { rec.callbacks++; rec.pageTs.add(ts); }
-      cb(ts);
+      if (!rec.on) return cb(ts);
+      rec.callbacks++;
+      rec.pageTs.add(ts);
+      const start = now();
+      try {
+        return cb(ts);
+      } finally {
+        rec.cbMs += now() - start;
+      }
     });
   };
 
@@ -163,6 +170,7 @@ _PROBE_TEMPLATE = """
       pageFrames: rec.pageTs.size,
       sharedFrames: shared,
       callbacks: rec.callbacks,
+      callbackMs: rec.cbMs,
       draws: rec.draws,
       contexts2d: log.ctx2d,
       canvas: c ? [c.width, c.height] : null,

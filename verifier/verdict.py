@@ -11,14 +11,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from worker.checks import DEFAULT_MAX_BYTES, Check, passed, static_checks
+from worker.errors import BrowserUnavailable
 
 if TYPE_CHECKING:
     from verifier.browser import Browser, BrowserReport
 
-__all__ = ["DEFAULT_MIN_FPS", "MIN_OWN_LOOP_SHARE", "Verdict", "browser_checks", "judge"]
+__all__ = ["DEFAULT_MIN_FPS", "MIN_OWN_LOOP_SHARE", "Verdict", "browser_checks", "judge",
+           "starved"]
 
 #: Frames per second the page's own animation loop must reach.
 DEFAULT_MIN_FPS = 30.0
+#: A page whose frame callbacks take less than this would reach 60 fps on an idle machine.
+CHEAP_FRAME_MS = 8.0
 #: Share of display frames in which the page's own rAF loop must run.
 MIN_OWN_LOOP_SHARE = 0.9
 #: At most this many URLs or messages are quoted in a detail sentence.
@@ -87,6 +91,10 @@ def judge(
     if not passed(checks) or browser is None:
         return Verdict(passed=passed(checks), checks=checks, fps=None)
     report = browser.measure(html)
+    if starved(report, min_fps=min_fps):
+        raise BrowserUnavailable(
+            f"the renderer was starved: frames ran at {report.fps:.0f} fps although the page "
+            f"needed only {report.script_ms_per_frame:.1f} ms per frame; judge it again later")
     checks += browser_checks(report, min_fps=min_fps)
     return Verdict(
         passed=passed(checks),
@@ -94,6 +102,20 @@ def judge(
         fps=round(report.fps, 1),
         screenshot_png=report.screenshot_png,
     )
+
+
+def starved(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS) -> bool:
+    """Whether a low frame rate was the machine's fault, not the page's.
+
+    The display itself ran below ``min_fps`` although the page's own frame callbacks were
+    cheap: the renderer did not get the CPU. Such a measurement says nothing about the
+    artifact, so it is an infrastructure fault to retry rather than a verdict.
+    """
+    if not report.measured or report.window_s <= 0 or report.page_frames == 0:
+        return False
+    display_fps = report.display_frames / report.window_s
+    return (report.fps < min_fps and display_fps < min_fps
+            and report.script_ms_per_frame < CHEAP_FRAME_MS)
 
 
 def browser_checks(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS) -> list[Check]:

@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from verifier.page import BrowserReport
-from verifier.verdict import Verdict, browser_checks, judge
+from verifier.verdict import Verdict, browser_checks, judge, starved
 
 HEALTHY = BrowserReport(
     measured=True,
     window_s=2.0,
     fps=60.0,
     callbacks_per_s=60.0,
+    script_ms_per_frame=2.5,
     own_loop_share=1.0,
     display_frames=120,
     page_frames=120,
@@ -155,3 +156,25 @@ def test_verdict_json_round_trip() -> None:
     }
     assert verdict.failed == ["no_blocked_requests"]
     assert data == verdict.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "is_starved"),
+    [
+        ({}, False),
+        # a cheap page on a renderer that got 15 display frames a second: the machine's fault
+        ({"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 2.0},
+         True),
+        # a page that needs 40 ms per frame drags the display down itself: the page's fault
+        ({"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 40.0},
+         False),
+        # a throttled loop on a healthy display: the page's fault
+        ({"fps": 10.0, "display_frames": 120, "page_frames": 20}, False),
+        # a page whose loop never ran is judged, not retried
+        ({"fps": 0.0, "display_frames": 20, "page_frames": 0, "script_ms_per_frame": 0.0},
+         False),
+    ],
+)
+def test_starved_renderer_is_told_apart_from_a_slow_page(overrides: dict[str, Any],
+                                                         is_starved: bool) -> None:
+    assert starved(make_report(**overrides), min_fps=30.0) is is_starved
