@@ -14,14 +14,19 @@ from worker.errors import BrowserUnavailable
 
 logger = logging.getLogger(__name__)
 
+#: Retries of a verification whose measurement the machine's load made meaningless.
+MAX_STARVED_RETRIES = 5
+
 
 @shared_task(name=VERIFY_TASK, bind=True, max_retries=None)  # type: ignore[untyped-decorator]
 def verify(self: Any, session_id: int, round_no: int) -> str:
     """Judge the version a session handed off in ``round_no`` and record the verdict."""
     rt = self.app.runtime
     try:
+        # A starved renderer is retried a few times; after that the page is judged as is.
         return verify_handoff(rt, session_id=session_id, round_no=round_no,
-                              browser=shared_browser(rt.settings))
+                              browser=shared_browser(rt.settings),
+                              retry_starved=self.request.retries < MAX_STARVED_RETRIES)
     except BrowserUnavailable as exc:
         # An infrastructure fault, never the artifact's: nothing was recorded; try again.
         delay_s = min(2.0 * 2**self.request.retries, 60.0)

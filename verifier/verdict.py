@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import psutil
 
 from worker.checks import DEFAULT_MAX_BYTES, Check, passed, static_checks
 from worker.errors import BrowserUnavailable
@@ -23,6 +25,8 @@ __all__ = ["DEFAULT_MIN_FPS", "MIN_OWN_LOOP_SHARE", "Verdict", "browser_checks",
 DEFAULT_MIN_FPS = 30.0
 #: A page whose frame callbacks take less than this would reach 60 fps on an idle machine.
 CHEAP_FRAME_MS = 8.0
+#: Host CPU busy share above which a low frame rate is not the page's to answer for.
+HOST_SATURATED = 0.9
 #: Share of display frames in which the page's own rAF loop must run.
 MIN_OWN_LOOP_SHARE = 0.9
 #: At most this many URLs or messages are quoted in a detail sentence.
@@ -72,6 +76,7 @@ def judge(
     browser: Browser | None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     min_fps: float = DEFAULT_MIN_FPS,
+    retry_starved: bool = True,
 ) -> Verdict:
     """Judge one artifact.
 
@@ -80,6 +85,8 @@ def judge(
         browser: The shared browser; None judges on the static checks alone.
         max_bytes: Size ceiling in UTF-8 bytes.
         min_fps: Frames per second the page's own loop must reach.
+        retry_starved: Raise instead of judging when the machine, not the page, was too
+            slow (see :func:`starved`); false once such retries are exhausted.
 
     Returns:
         The verdict; static failures skip the browser entirely.
@@ -90,11 +97,13 @@ def judge(
     checks = static_checks(html, max_bytes=max_bytes)
     if not passed(checks) or browser is None:
         return Verdict(passed=passed(checks), checks=checks, fps=None)
+    before = psutil.cpu_times()
     report = browser.measure(html)
-    if starved(report, min_fps=min_fps):
+    host_busy = busy_share(before, psutil.cpu_times())
+    if retry_starved and starved(report, min_fps=min_fps, host_busy=host_busy):
         raise BrowserUnavailable(
-            f"the renderer was starved: frames ran at {report.fps:.0f} fps although the page "
-            f"needed only {report.script_ms_per_frame:.1f} ms per frame; judge it again later")
+            f"the renderer was starved: frames ran at {report.fps:.0f} fps with the host "
+            f"{host_busy:.0%} busy; judge it again later")
     checks += browser_checks(report, min_fps=min_fps)
     return Verdict(
         passed=passed(checks),
@@ -104,18 +113,30 @@ def judge(
     )
 
 
-def starved(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS) -> bool:
+def busy_share(before: Any, after: Any) -> float:
+    """Share of the host's CPU time spent busy between two ``psutil.cpu_times()``."""
+    total = sum(after) - sum(before)
+    idle = (after.idle + getattr(after, "iowait", 0.0)) - (
+        before.idle + getattr(before, "iowait", 0.0))
+    return max(0.0, min(1.0, 1.0 - idle / total)) if total > 0 else 0.0
+
+
+def starved(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS,
+            host_busy: float = 0.0) -> bool:
     """Whether a low frame rate was the machine's fault, not the page's.
 
-    The display itself ran below ``min_fps`` although the page's own frame callbacks were
-    cheap: the renderer did not get the CPU. Such a measurement says nothing about the
-    artifact, so it is an infrastructure fault to retry rather than a verdict.
+    Either the host's CPUs were saturated during the window, or the display itself ran
+    below ``min_fps`` although the page's own frame callbacks were cheap: the renderer did
+    not get the CPU. Such a measurement says nothing about the artifact, so it is an
+    infrastructure fault to retry rather than a verdict.
     """
     if not report.measured or report.window_s <= 0 or report.page_frames == 0:
         return False
+    if report.fps >= min_fps:
+        return False
     display_fps = report.display_frames / report.window_s
-    return (report.fps < min_fps and display_fps < min_fps
-            and report.script_ms_per_frame < CHEAP_FRAME_MS)
+    cheap_but_starved = display_fps < min_fps and report.script_ms_per_frame < CHEAP_FRAME_MS
+    return cheap_but_starved or host_busy >= HOST_SATURATED
 
 
 def browser_checks(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS) -> list[Check]:
@@ -124,6 +145,8 @@ def browser_checks(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS) -
     Args:
         report: What the page did in Chromium.
         min_fps: Frames per second the page's own loop must reach.
+        retry_starved: Raise instead of judging when the machine, not the page, was too
+            slow (see :func:`starved`); false once such retries are exhausted.
 
     Returns:
         ``fps``, ``own_loop_share``, ``canvas_changes``, ``no_page_errors``,

@@ -54,8 +54,8 @@ def close_browser() -> None:
             _browser = None
 
 
-def verify_handoff(rt: Runtime, *, session_id: int, round_no: int,
-                   browser: Browser | None) -> str:
+def verify_handoff(rt: Runtime, *, session_id: int, round_no: int, browser: Browser | None,
+                   retry_starved: bool = True) -> str:
     """Judge what a session handed off in ``round_no`` and record the verdict.
 
     Returns:
@@ -69,7 +69,7 @@ def verify_handoff(rt: Runtime, *, session_id: int, round_no: int,
         return "duplicate"
     started = time.monotonic()
     verdict = judge(handoff.content, browser=browser, max_bytes=handoff.max_bytes,
-                    min_fps=rt.settings.verify_min_fps)
+                    min_fps=rt.settings.verify_min_fps, retry_starved=retry_starved)
     return record_verdict(rt, handoff, VerdictIn(
         passed=verdict.passed,
         method="browser" if browser is not None else "static",

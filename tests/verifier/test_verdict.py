@@ -173,8 +173,14 @@ def test_verdict_json_round_trip() -> None:
         # a page whose loop never ran is judged, not retried
         ({"fps": 0.0, "display_frames": 20, "page_frames": 0, "script_ms_per_frame": 0.0},
          False),
+        # any slow page while the host's CPUs were saturated by other work
+        ({"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 40.0,
+          "host_busy": 0.97}, True),
+        # but a page at full speed is never "starved", however busy the host
+        ({"host_busy": 1.0}, False),
     ],
 )
 def test_starved_renderer_is_told_apart_from_a_slow_page(overrides: dict[str, Any],
                                                          is_starved: bool) -> None:
-    assert starved(make_report(**overrides), min_fps=30.0) is is_starved
+    host_busy = overrides.pop("host_busy", 0.0)
+    assert starved(make_report(**overrides), min_fps=30.0, host_busy=host_busy) is is_starved
