@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging.config
 import random
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -25,6 +27,7 @@ from worker.errors import SwarmError
 from worker.profiles import DEFAULT_PROFILE, PROFILES
 from worker.providers import check_model
 from worker.runs import RunConfig, WaveSpec, create_run, parse_mix
+from worker.runtime import Runtime
 from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
 from worker.status import latest_run_id, run_status, session_rows
 
@@ -68,8 +71,42 @@ def cli(ctx: click.Context, database_url: str | None, broker_url: str | None,
     ctx.obj = Settings(**overrides)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    """What ``enqueue`` and ``run`` were asked to create."""
+
+    model: str
+    profile: str
+    config: RunConfig
+    budget_usd: float | None
+
+    def create(self, rt: Runtime) -> int:
+        """Create the run and dispatch its first wave; returns the run id."""
+        with rt.engine.begin() as conn:
+            run_id = create_run(conn, model=self.model, config=self.config,
+                                profile=self.profile, budget_usd=self.budget_usd, now=utcnow())
+        rt.flush_outbox(run_id)
+        return run_id
+
+
 def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by ``enqueue`` and ``run``: what the run is."""
+    """Options shared by ``enqueue`` and ``run``, handed to ``fn`` as one ``request``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, waves: str, model: str, profile: str, seed: int | None,
+                max_turns: int, repair_rounds: int, budget_usd: float | None,
+                sim_latency_ms: int, sim_mix: str, sim_flaw_rate: float, **kwargs: Any) -> Any:
+        spec = WaveSpec.parse(waves)
+        try:
+            config = RunConfig(
+                waves=str(spec), seed=seed if seed is not None else random.randrange(1 << 31),
+                max_turns=max_turns, repair_rounds=repair_rounds, sim_latency_ms=sim_latency_ms,
+                sim_mix=parse_mix(sim_mix), sim_flaw_rate=sim_flaw_rate)
+        except ValidationError as exc:
+            raise click.BadParameter("; ".join(e["msg"] for e in exc.errors())) from None
+        check_model(model)
+        return fn(*args, request=RunRequest(model, profile, config, budget_usd), **kwargs)
+
     options = [
         click.option("--wave", "waves", default="1x1", show_default=True,
                      help="N waves of M concurrent sessions, as NxM."),
@@ -93,21 +130,10 @@ def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True, help="Share of sim first drafts with a defect."),
         click.option("--json", "as_json", is_flag=True, help="Print the status as JSON."),
     ]
+    decorated: Callable[..., Any] = wrapper
     for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def _run_config(waves: str, seed: int | None, max_turns: int, repair_rounds: int,
-                sim_latency_ms: int, sim_mix: str, sim_flaw_rate: float) -> RunConfig:
-    spec = WaveSpec.parse(waves)
-    try:
-        return RunConfig(waves=str(spec), seed=seed if seed is not None else random.randrange(
-            1 << 31), max_turns=max_turns, repair_rounds=repair_rounds,
-            sim_latency_ms=sim_latency_ms, sim_mix=parse_mix(sim_mix),
-            sim_flaw_rate=sim_flaw_rate)
-    except ValidationError as exc:
-        raise click.BadParameter("; ".join(e["msg"] for e in exc.errors())) from None
+        decorated = option(decorated)
+    return decorated
 
 
 def _print_status(status: dict[str, Any], *, as_json: bool) -> None:
@@ -134,24 +160,16 @@ def migrate_cmd(settings: Settings) -> None:
 @run_options
 @click.option("--follow", is_flag=True, help="Show a live progress bar until the run ends.")
 @click.pass_obj
-def enqueue(settings: Settings, waves: str, model: str, profile: str, seed: int | None,
-            max_turns: int, repair_rounds: int, budget_usd: float | None, sim_latency_ms: int,
-            sim_mix: str, sim_flaw_rate: float, as_json: bool, follow: bool) -> None:
+def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool) -> None:
     """Create a run and dispatch its first wave to the workers."""
-    config = _run_config(waves, seed, max_turns, repair_rounds, sim_latency_ms, sim_mix,
-                         sim_flaw_rate)
-    check_model(model)
     rt = create_app(settings).runtime
     try:
         require_migrated(rt.engine)
-        with rt.engine.begin() as conn:
-            run_id = create_run(conn, model=model, config=config, profile=profile,
-                                budget_usd=budget_usd, now=utcnow())
-        sent = rt.flush_outbox(run_id)
-        total = WaveSpec.parse(config.waves).total
-        click.echo(f"run {run_id}: {config.waves} ({total} sessions), model {model}, profile "
-                   f"{profile}, seed {config.seed}; wave 1 dispatched ({sent} sessions)",
-                   err=as_json)
+        run_id = request.create(rt)
+        config = request.config
+        click.echo(f"run {run_id}: {config.waves} ({WaveSpec.parse(config.waves).total} "
+                   f"sessions), model {request.model}, profile {request.profile}, seed "
+                   f"{config.seed}; wave 1 dispatched", err=as_json)
         if not follow:
             return
         status = until_finished(rt.engine, run_id, show=not as_json)
@@ -166,25 +184,17 @@ def enqueue(settings: Settings, waves: str, model: str, profile: str, seed: int 
 @click.option("--database", default=DEFAULT_DATABASE_URL, show_default=True,
               help="The embedded SQLite database.")
 @click.pass_obj
-def run(settings: Settings, waves: str, model: str, profile: str, seed: int | None,
-        max_turns: int, repair_rounds: int, budget_usd: float | None, sim_latency_ms: int,
-        sim_mix: str, sim_flaw_rate: float, as_json: bool, database: str) -> None:
+def run(settings: Settings, request: RunRequest, as_json: bool, database: str) -> None:
     """Run a swarm in this process: no Redis or PostgreSQL needed."""
-    config = _run_config(waves, seed, max_turns, repair_rounds, sim_latency_ms, sim_mix,
-                         sim_flaw_rate)
-    check_model(model)
     embedded = settings.model_copy(update={"database_url": database,
                                            "broker_url": DEFAULT_BROKER_URL})
     migrate(embedded.database_url)
     app = create_app(embedded)
     rt = app.runtime
-    size = WaveSpec.parse(config.waves).size
+    size = WaveSpec.parse(request.config.waves).size
     try:
         with embedded_worker(app, concurrency=min(size, 100)):
-            with rt.engine.begin() as conn:
-                run_id = create_run(conn, model=model, config=config, profile=profile,
-                                    budget_usd=budget_usd, now=utcnow())
-            rt.flush_outbox(run_id)
+            run_id = request.create(rt)
             status = until_finished(rt.engine, run_id, show=not as_json)
     finally:
         rt.engine.dispose()

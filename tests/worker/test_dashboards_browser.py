@@ -9,17 +9,10 @@ from typing import Any
 
 import pytest
 
+from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
 from worker.dashboards import render_dashboard
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
+CHROMIUM = DEFAULT_CHROMIUM_PATH
 VIEWPORT = {"width": 1280, "height": 800}
 #: Time between the two canvas snapshots that must differ.
 SNAPSHOT_GAP_MS = 300
@@ -52,7 +45,8 @@ def browser() -> Iterator[Any]:
         pytest.skip(f"{CHROMIUM} is not installed")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS),
+                                      headless=True)
         yield chromium
         chromium.close()
 
