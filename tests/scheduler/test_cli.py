@@ -61,7 +61,10 @@ def test_enqueue_refuses_an_unmigrated_database(tmp_path: Path) -> None:
 def test_embedded_run_needs_no_services(tmp_path: Path) -> None:
     # Given no reachable Redis or PostgreSQL (the configured ones point nowhere)
     env = {**os.environ, "SWARM_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-           "SWARM_BROKER_URL": "redis://127.0.0.1:1/0"}
+           "SWARM_BROKER_URL": "redis://127.0.0.1:1/0",
+           # Artifacts are rendered in Chromium where it is installed; a busy test machine
+           # must not fail a good page on its frame rate.
+           "SWARM_VERIFY_MIN_FPS": "10"}
     # When a 2x2 swarm runs embedded
     result = subprocess.run(
         [sys.executable, "-m", "scheduler", "run", "--wave", "2x2", "--sim-latency-ms", "20",

@@ -110,7 +110,7 @@ def test_crashed_tab_is_the_artifacts_failure(
 
     # When it is judged
     with on_loaded(kill_renderers):
-        verdict = judge(html, browser=private_browser)
+        verdict = judge(html, browser=private_browser, retry_starved=False)
     # Then the page is blamed in the verdict, and the same browser measures the next page
     assert verdict.failed == [
         "fps",
@@ -174,7 +174,8 @@ def test_concurrent_judging(
         try:
             with ThreadPoolExecutor(max_workers=len(names)) as pool:
                 verdicts: list[Verdict] = list(
-                    pool.map(lambda name: judge(page_html(name), browser=shared), names)
+                    pool.map(lambda name: judge(page_html(name), browser=shared,
+                                                   retry_starved=False), names)
                 )
         finally:
             done.set()
@@ -240,7 +241,8 @@ def test_xvfb_display(page_html: Callable[[str], str], min_fps: float) -> None:
     # Given a browser rendering headed on a virtual X display
     with Browser(display="xvfb", max_pages=1) as headed:
         # When the good page is judged
-        verdict = judge(page_html("good.html"), browser=headed, min_fps=min_fps)
+        verdict = judge(page_html("good.html"), browser=headed, min_fps=min_fps,
+                        retry_starved=False)
     # Then it passes exactly as it does headless
     assert verdict.passed, [c.detail for c in verdict.checks if not c.passed]
 

@@ -68,8 +68,8 @@ def test_browser_killed_mid_verification_is_retried_not_blamed(
     assert _verdicts(runtime, sid) == []
     assert _session(runtime, sid).status == "verifying"
     # And the retry (a relaunched browser) verifies it
-    assert verify_handoff(runtime, session_id=sid, round_no=0,
-                          browser=private_browser) == "succeeded"
+    assert verify_handoff(runtime, session_id=sid, round_no=0, browser=private_browser,
+                          retry_starved=False) == "succeeded"
     (verdict,) = _verdicts(runtime, sid)
     assert verdict.passed and verdict.method == "browser"
     assert verdict.fps > 0 and verdict.screenshot_png.startswith(b"\x89PNG")
@@ -81,7 +81,8 @@ def test_a_rejected_artifact_goes_back_for_repair_then_fails(
     # Given a handed-off page that throws in its draw loop, and one repair round allowed
     sid = _hand_off(runtime, render_dashboard(5, flaw="js_error").html, repair_rounds=1)
     # When the verifier judges it
-    outcome = verify_handoff(runtime, session_id=sid, round_no=0, browser=private_browser)
+    outcome = verify_handoff(runtime, session_id=sid, round_no=0, browser=private_browser,
+                             retry_starved=False)
     # Then the session runs again with the findings as its next message
     assert outcome == "repair"
     row = _session(runtime, sid)
@@ -96,8 +97,8 @@ def test_a_rejected_artifact_goes_back_for_repair_then_fails(
     # And when the same broken page is handed off again with no rounds left, it fails
     run_turn(rt=runtime, session_id=sid, turn_no=row.next_turn, model=ScriptedModel(
         [model_turn(call("handoff", summary="again", artifact_name="dashboard.html"))]))
-    assert verify_handoff(runtime, session_id=sid, round_no=1,
-                          browser=private_browser) == "failed"
+    assert verify_handoff(runtime, session_id=sid, round_no=1, browser=private_browser,
+                          retry_starved=False) == "failed"
     row = _session(runtime, sid)
     assert (row.status, row.outcome) == ("failed", "failed_verification")
     assert [v.passed for v in _verdicts(runtime, sid)] == [False, False]
@@ -112,7 +113,7 @@ def _seed_with_browser_only_flaw(sessions_: int) -> int:
 def test_run_verified_in_browser_with_a_repair_round(
         settings: Any, engine: Any, start_worker: Callable[..., WorkerProcess]) -> None:
     # Given a worker that verifies in Chromium, and first drafts that all carry a defect
-    worker = start_worker(SWARM_VERIFIER="browser", SWARM_VERIFY_MIN_FPS="15")
+    worker = start_worker(SWARM_VERIFIER="browser")
     seed = _seed_with_browser_only_flaw(6)
     result = CliRunner().invoke(cli, [
         "--database-url", settings.database_url, "--broker-url", settings.broker_url,
