@@ -1,0 +1,226 @@
+# ruff: noqa: T201
+"""Throughput of the verifier: sim artifacts judged through one shared Chromium.
+
+Measures, for ``--artifacts`` pages from :func:`worker.dashboards.render_dashboard` (distinct
+seeds, the pages the ``sim`` model authors) judged with :func:`verifier.verdict.judge` on one
+:class:`verifier.browser.Browser` per repetition: wall time, artifacts per minute, verdicts
+passed (and which checks failed), median seconds per artifact, the page fps (median and
+minimum), and the peak memory of Chromium's process tree (sum of RSS, and sum of PSS, over
+``browser_pids()``, sampled every 250 ms). Each ``--pages`` setting is ``Browser(max_pages=k)``;
+the summary gives medians over ``--repeat`` repetitions, throughput against ``max_pages=1``
+of the same run, and whether the target "100 artifacts in at most 90 s" is met.
+
+    python -m ops.bench.verify_throughput                       # 100 artifacts, pages 1-4, x3
+    python -m ops.bench.verify_throughput --artifacts 20 --pages 1,2 --repeat 1
+    python -m ops.bench.verify_throughput --json > verify_throughput.json   # progress on stderr
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from logging.handlers import BufferingHandler
+from typing import Any, get_args
+
+import click
+import psutil
+
+from verifier.browser import Browser, BrowserUnavailable, DisplayMode
+from verifier.verdict import Verdict, judge
+from worker.dashboards import render_dashboard
+
+MIB = 1024 * 1024
+#: The target: this many artifacts in at most TARGET_S seconds (scaled to ``--artifacts``).
+TARGET_ARTIFACTS, TARGET_S = 100, 90.0
+#: Figures of one repetition that the summary takes the median of.
+MEDIAN_KEYS = ("wall_s", "per_min", "passed", "s_per_artifact", "slot_use", "fps_median",
+               "fps_min", "not_judged", "peak_rss_mib", "peak_pss_mib", "end_rss_mib", "warmup_s")
+
+
+def sample(browser: Browser, interval_s: float, done: threading.Event,
+           samples: list[tuple[int, int | None]]) -> None:
+    """Every ``interval_s`` until ``done``: (RSS-sum, PSS-sum or None) over browser_pids()."""
+    procs: dict[int, psutil.Process] = {}
+    while not done.wait(interval_s):
+        rss, pss, has_pss = 0, 0, True
+        for pid in browser.browser_pids():
+            try:  # memory_full_info() reads /proc/<pid>/smaps_rollup on Linux
+                proc = procs.get(pid) or procs.setdefault(pid, psutil.Process(pid))
+                info = proc.memory_full_info()
+            except psutil.Error:  # exited between listing and reading
+                continue
+            rss, pss = rss + int(info.rss), pss + int(getattr(info, "pss", 0))
+            has_pss = has_pss and hasattr(info, "pss")
+        if rss:
+            samples.append((rss, pss if has_pss else None))
+
+
+def measure(*, pages: int, seeds: list[int], display: DisplayMode, min_fps: float,
+            interval_s: float, alerts: BufferingHandler) -> dict[str, Any]:
+    """One repetition: a fresh Browser(max_pages=pages) judges every seed's page once."""
+    htmls = [render_dashboard(seed).html for seed in seeds]
+    alerts.buffer.clear()
+    samples: list[tuple[int, int | None]] = []
+    done = threading.Event()
+
+    def one(html: str) -> tuple[float, Verdict | str]:
+        started = time.monotonic()
+        try:
+            verdict: Verdict | str = judge(html, browser=browser, min_fps=min_fps,
+                                           retry_starved=False)
+        except BrowserUnavailable as exc:
+            verdict = f"BrowserUnavailable: {exc}"
+        return time.monotonic() - started, verdict
+
+    with Browser(display=display, max_pages=pages) as browser:
+        sampler = threading.Thread(target=sample, args=(browser, interval_s, done, samples))
+        sampler.start()
+        try:
+            # Untimed: launches Chromium, as a long-lived worker has done already.
+            warmup_s, warm = one(render_dashboard(max(seeds) + 1).html)
+            # judge() holds its thread for the whole measurement and its static checks take
+            # milliseconds, so `pages` threads keep every page slot busy; one more would only
+            # queue on the browser's semaphore and make each judge() time include that wait.
+            with ThreadPoolExecutor(max_workers=pages) as pool:
+                started = time.monotonic()
+                results = list(pool.map(one, htmls))
+                wall_s = time.monotonic() - started
+        finally:
+            done.set()
+            sampler.join()
+    verdicts = [v for _, v in results if isinstance(v, Verdict)]
+    fps = [v.fps for v in verdicts if v.fps is not None]
+    rss = [r for r, _ in samples] or [0]
+    pss = [p for _, p in samples if p is not None]
+    return {
+        "pages": pages, "artifacts": len(seeds), "wall_s": round(wall_s, 2),
+        "per_min": round(len(seeds) / wall_s * 60, 1),
+        "passed": sum(v.passed for v in verdicts),
+        "failed_checks": dict(Counter(name for v in verdicts for name in v.failed)),
+        "fps_failures": sorted(v.fps for v in verdicts if "fps" in v.failed and v.fps is not None),
+        "s_per_artifact": round(statistics.median(t for t, _ in results), 2),
+        "slot_use": round(sum(t for t, _ in results) / (wall_s * pages), 3),
+        "fps_median": statistics.median(fps) if fps else 0.0, "fps_min": min(fps, default=0.0),
+        "peak_rss_mib": round(max(rss) / MIB, 1), "end_rss_mib": round(rss[-1] / MIB, 1),
+        "peak_pss_mib": round(max(pss) / MIB, 1) if pss else None,
+        "warmup_s": round(warmup_s, 2),
+        "not_judged": len(results) - len(verdicts), "other_failures": [  # fps is listed apart
+            f"{c.name}: {c.detail}" for v in verdicts for c in v.checks
+            if not c.passed and c.name != "fps"][:5],
+        "browser_errors": [v for _, v in [*results, (0, warm)] if isinstance(v, str)][:10],
+        "log_alerts": [f"{r.levelname} {r.name}: {r.getMessage()}" for r in alerts.buffer][:10],
+    }
+
+
+def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median across repetitions (PSS only if all had it); failures summed."""
+    out: dict[str, Any] = {}
+    for key in MEDIAN_KEYS:
+        values = [r[key] for r in reps if r[key] is not None]
+        out[key] = round(statistics.median(values), 3) if len(values) == len(reps) else None
+    out["failed_checks"] = dict(sum((Counter(r["failed_checks"]) for r in reps), Counter()))
+    out["browser_errors"] = sum(len(r["browser_errors"]) for r in reps)
+    return out
+
+
+def line(label: str, f: dict[str, Any], n: int) -> str:
+    """One repetition (or a median) as a line."""
+    pss = f"{f['peak_pss_mib']:.0f}" if f["peak_pss_mib"] is not None else "n/a"
+    return (f"{label}: {f['wall_s']:.1f} s, {f['per_min']:.1f} artifacts/min, "
+            f"{f['passed']:g}/{n} passed, {f['not_judged']:g} not judged, "
+            f"{f['s_per_artifact']:.2f} s/artifact (median), slots busy {f['slot_use']:.0%}, "
+            f"fps median {f['fps_median']:.1f} min {f['fps_min']:.1f}, Chromium peak "
+            f"RSS-sum {f['peak_rss_mib']:.0f} MiB PSS-sum {pss} MiB (RSS-sum at end "
+            f"{f['end_rss_mib']:.0f}), warm-up (launch + 1 artifact) {f['warmup_s']:.1f} s")
+
+
+def _load(avg: tuple[float, float, float]) -> str:
+    return "{:.2f} {:.2f} {:.2f}".format(*avg)
+
+
+def parse_pages(_ctx: object, _param: object, value: str) -> list[int]:
+    """``1,2,3,4`` as a list of positive ints."""
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise click.BadParameter("a comma-separated list of integers >= 1, e.g. 1,2,3,4")
+    return [int(part) for part in parts]
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("--artifacts", type=click.IntRange(min=1), default=100, help="Artifacts per run.")
+@click.option("--pages", default="1,2,3,4", callback=parse_pages,
+              help="Browser(max_pages=k) settings, comma-separated.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3,
+              help="Repetitions of each setting, a fresh Browser every time.")
+@click.option("--seed", type=int, default=1, help="First seed; seeds seed..seed+N-1.")
+@click.option("--min-fps", type=float, default=30.0, help="judge(min_fps=...).")
+@click.option("--display", type=click.Choice(get_args(DisplayMode)), default="headless")
+@click.option("--interval-ms", type=click.IntRange(min=10), default=250, help="Memory sampling.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def main(artifacts: int, pages: list[int], repeat: int, seed: int, min_fps: float,
+         display: DisplayMode, interval_ms: int, as_json: bool) -> None:
+    """Measure verifier throughput per page concurrency against max_pages=1."""
+    out = sys.stderr if as_json else sys.stdout
+    alerts = BufferingHandler(capacity=10_000)  # verifier warnings: relaunches, lost root pid
+    alerts.setLevel(logging.WARNING)
+    logging.getLogger("verifier").addHandler(alerts)
+    seeds = list(range(seed, seed + artifacts))
+    load_start = os.getloadavg()
+    print(f"{artifacts} artifacts, pages {pages}, {repeat} repetition(s), {display}, "
+          f"{os.cpu_count()} CPUs, load average {_load(load_start)}", file=out, flush=True)
+    reps: dict[int, list[dict[str, Any]]] = {k: [] for k in pages}
+    for i in range(1, repeat + 1):
+        for k in pages:  # settings alternate, so drift in the machine's load hits them alike
+            f = measure(pages=k, seeds=seeds, display=display, min_fps=min_fps,
+                        interval_s=interval_ms / 1000, alerts=alerts)
+            reps[k].append(f)
+            print(line(f"pages={k} #{i}", f, artifacts), file=out, flush=True)
+            if f["failed_checks"]:
+                print(f"    failed checks: {f['failed_checks']}, fps of fps failures: "
+                      f"{f['fps_failures'][:20]}", file=out)
+            for note in f["other_failures"]:
+                print(f"    failed: {note}", file=out)
+            for note in (*f["browser_errors"], *f["log_alerts"]):
+                print(f"    browser: {note}", file=out)
+    load_end = os.getloadavg()
+    summary = {k: medians(r) for k, r in reps.items()}
+    base_k = 1 if 1 in summary else pages[0]
+    target_s = TARGET_S * artifacts / TARGET_ARTIFACTS
+    for m in summary.values():
+        m["throughput_ratio"] = round(m["per_min"] / summary[base_k]["per_min"], 2)
+        m["meets_target"] = m["wall_s"] <= target_s
+    if as_json:
+        print(json.dumps({"artifacts": artifacts, "repeat": repeat, "display": display,
+                          "min_fps": min_fps, "baseline_pages": base_k, "target_s": target_s,
+                          "load_start": load_start, "load_end": load_end,
+                          "summary": summary, "repetitions": reps}, indent=2))
+        return
+    print(f"\nmedians of {repeat} repetition(s), {artifacts} artifacts, min fps {min_fps:g}, "
+          f"load average at end {_load(load_end)}; RSS-sum counts memory shared between "
+          "Chromium's processes once per process, PSS-sum splits it (the tree's real footprint)")
+    print(f"| pages | wall s | art/min | vs pages={base_k} | passed | not judged | s/art "
+          f"| slots busy | fps med/min | peak RSS-sum / PSS-sum MiB | end RSS-sum "
+          f"| <= {target_s:g} s |")
+    print("|" + " --- |" * 12)
+    for k, m in summary.items():
+        pss = f"{m['peak_pss_mib']:.0f}" if m["peak_pss_mib"] is not None else "n/a"
+        print(f"| {k} | {m['wall_s']:.1f} | {m['per_min']:.1f} | {m['throughput_ratio']:.2f}x "
+              f"| {m['passed']:g}/{artifacts} | {m['not_judged']:g} | {m['s_per_artifact']:.2f} "
+              f"| {m['slot_use']:.0%} | {m['fps_median']:.1f}/{m['fps_min']:.1f} "
+              f"| {m['peak_rss_mib']:.0f} / {pss} | {m['end_rss_mib']:.0f} "
+              f"| {'yes' if m['meets_target'] else 'no'} |")
+    for k, m in summary.items():
+        if m["failed_checks"] or m["browser_errors"]:
+            print(f"pages={k}, all repetitions: failed checks {m['failed_checks']}, "
+                  f"browser errors {m['browser_errors']}")
+
+
+if __name__ == "__main__":
+    main()
