@@ -61,7 +61,7 @@ class Settings(BaseSettings):
     """How artifacts are judged: in Chromium, by static checks only, or in Chromium when it
     is installed (static checks otherwise, with a warning)."""
     verify_max_pages: int | None = Field(default=None, ge=1)
-    """Pages rendered at once per verifier process (default: one per CPU)."""
+    """Pages rendered at once per verifier process (default: one per two CPUs)."""
     verify_min_fps: float = Field(default=30.0, gt=0)
     """Frames per second a page's own animation loop must reach."""
 
