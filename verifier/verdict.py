@@ -102,7 +102,7 @@ def judge(
     host_busy = busy_share(before, psutil.cpu_times())
     if retry_starved and starved(report, min_fps=min_fps, host_busy=host_busy):
         raise BrowserUnavailable(
-            f"the renderer was starved: frames ran at {report.fps:.0f} fps with the host "
+            f"the renderer was starved: frames ran at {report.fps:.1f} fps with the host "
             f"{host_busy:.0%} busy; judge it again later")
     checks += browser_checks(report, min_fps=min_fps)
     return Verdict(

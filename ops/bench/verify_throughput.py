@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -57,7 +58,7 @@ def sample(browser: Browser, interval_s: float, done: threading.Event,
             except psutil.Error:  # exited between listing and reading
                 continue
             rss, pss = rss + int(info.rss), pss + int(getattr(info, "pss", 0))
-            has_pss = has_pss and hasattr(info, "pss")
+            has_pss = has_pss and hasattr(info, "pss")  # PSS is Linux-only
         if rss:
             samples.append((rss, pss if has_pss else None))
 
@@ -79,20 +80,21 @@ def measure(*, pages: int, seeds: list[int], display: DisplayMode, min_fps: floa
             verdict = f"BrowserUnavailable: {exc}"
         return time.monotonic() - started, verdict
 
+    # judge() holds its thread for the whole measurement and its static checks take
+    # milliseconds, so `pages` threads keep every page slot busy; one more would only queue
+    # on the browser's semaphore and make each judge() time include that wait.
+    pool = ThreadPoolExecutor(max_workers=pages)
     with Browser(display=display, max_pages=pages) as browser:
         sampler = threading.Thread(target=sample, args=(browser, interval_s, done, samples))
         sampler.start()
         try:
             # Untimed: launches Chromium, as a long-lived worker has done already.
             warmup_s, warm = one(render_dashboard(max(seeds) + 1).html)
-            # judge() holds its thread for the whole measurement and its static checks take
-            # milliseconds, so `pages` threads keep every page slot busy; one more would only
-            # queue on the browser's semaphore and make each judge() time include that wait.
-            with ThreadPoolExecutor(max_workers=pages) as pool:
-                started = time.monotonic()
-                results = list(pool.map(one, htmls))
-                wall_s = time.monotonic() - started
-        finally:
+            started = time.monotonic()
+            results = list(pool.map(one, htmls))
+            wall_s = time.monotonic() - started
+        finally:  # on Ctrl-C only the pages in flight finish
+            pool.shutdown(cancel_futures=True)
             done.set()
             sampler.join()
     verdicts = [v for _, v in results if isinstance(v, Verdict)]
@@ -127,22 +129,25 @@ def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
         out[key] = round(statistics.median(values), 3) if len(values) == len(reps) else None
     out["failed_checks"] = dict(sum((Counter(r["failed_checks"]) for r in reps), Counter()))
     out["browser_errors"] = sum(len(r["browser_errors"]) for r in reps)
+    out["reps"] = len(reps)
     return out
 
 
-def line(label: str, f: dict[str, Any], n: int) -> str:
-    """One repetition (or a median) as a line."""
+#: Header of the Markdown table that repetitions and medians are printed in.
+HEADER = ("| pages | wall s | art/min | vs pages={base} | passed | not judged | s/art | slots busy "
+          "| fps med/min | peak RSS-sum / PSS-sum MiB | end RSS-sum | warm-up s | <= {target:g} s |"
+          "\n|" + " --- |" * 13)
+
+
+def row(label: str, f: dict[str, Any], *, n: int, target_s: float) -> str:
+    """One repetition, or the medians of a setting (with its throughput ratio), as a row."""
     pss = f"{f['peak_pss_mib']:.0f}" if f["peak_pss_mib"] is not None else "n/a"
-    return (f"{label}: {f['wall_s']:.1f} s, {f['per_min']:.1f} artifacts/min, "
-            f"{f['passed']:g}/{n} passed, {f['not_judged']:g} not judged, "
-            f"{f['s_per_artifact']:.2f} s/artifact (median), slots busy {f['slot_use']:.0%}, "
-            f"fps median {f['fps_median']:.1f} min {f['fps_min']:.1f}, Chromium peak "
-            f"RSS-sum {f['peak_rss_mib']:.0f} MiB PSS-sum {pss} MiB (RSS-sum at end "
-            f"{f['end_rss_mib']:.0f}), warm-up (launch + 1 artifact) {f['warmup_s']:.1f} s")
-
-
-def _load(avg: tuple[float, float, float]) -> str:
-    return "{:.2f} {:.2f} {:.2f}".format(*avg)
+    ratio = f"{f['throughput_ratio']:.2f}x" if "throughput_ratio" in f else ""
+    return (f"| {label} | {f['wall_s']:.1f} | {f['per_min']:.1f} | {ratio} "
+            f"| {f['passed']:g}/{n} | {f['not_judged']:g} | {f['s_per_artifact']:.2f} "
+            f"| {f['slot_use']:.0%} | {f['fps_median']:.1f}/{f['fps_min']:.1f} "
+            f"| {f['peak_rss_mib']:.0f} / {pss} | {f['end_rss_mib']:.0f} | {f['warmup_s']:.1f} "
+            f"| {'yes' if f['wall_s'] <= target_s else 'no'} |")
 
 
 def parse_pages(_ctx: object, _param: object, value: str) -> list[int]:
@@ -172,27 +177,34 @@ def main(artifacts: int, pages: list[int], repeat: int, seed: int, min_fps: floa
     alerts.setLevel(logging.WARNING)
     logging.getLogger("verifier").addHandler(alerts)
     seeds = list(range(seed, seed + artifacts))
-    load_start = os.getloadavg()
+    load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{artifacts} artifacts, pages {pages}, {repeat} repetition(s), {display}, "
-          f"{os.cpu_count()} CPUs, load average {_load(load_start)}", file=out, flush=True)
-    reps: dict[int, list[dict[str, Any]]] = {k: [] for k in pages}
-    for i in range(1, repeat + 1):
-        for k in pages:  # settings alternate, so drift in the machine's load hits them alike
-            f = measure(pages=k, seeds=seeds, display=display, min_fps=min_fps,
-                        interval_s=interval_ms / 1000, alerts=alerts)
-            reps[k].append(f)
-            print(line(f"pages={k} #{i}", f, artifacts), file=out, flush=True)
-            if f["failed_checks"]:
-                print(f"    failed checks: {f['failed_checks']}, fps of fps failures: "
-                      f"{f['fps_failures'][:20]}", file=out)
-            for note in f["other_failures"]:
-                print(f"    failed: {note}", file=out)
-            for note in (*f["browser_errors"], *f["log_alerts"]):
-                print(f"    browser: {note}", file=out)
-    load_end = os.getloadavg()
-    summary = {k: medians(r) for k, r in reps.items()}
-    base_k = 1 if 1 in summary else pages[0]
+          f"{os.cpu_count()} CPUs, load average {load_start}", file=out, flush=True)
     target_s = TARGET_S * artifacts / TARGET_ARTIFACTS
+    print(HEADER.format(base=1 if 1 in pages else pages[0], target=target_s), file=out)
+    reps: dict[int, list[dict[str, Any]]] = {k: [] for k in pages}
+    interrupted = False
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM as Ctrl-C
+    try:
+        for i in range(1, repeat + 1):
+            for k in pages:  # settings alternate, so drift in the host's load hits them alike
+                f = measure(pages=k, seeds=seeds, display=display, min_fps=min_fps,
+                            interval_s=interval_ms / 1000, alerts=alerts)
+                reps[k].append(f)
+                print(row(f"{k} #{i}", f, n=artifacts, target_s=target_s), file=out, flush=True)
+                if f["failed_checks"]:
+                    print(f"    failed checks: {f['failed_checks']}, fps of fps failures: "
+                          f"{f['fps_failures'][:20]}", file=out)
+                for note in (*f["other_failures"], *f["browser_errors"], *f["log_alerts"]):
+                    print(f"    {note}", file=out)
+    except KeyboardInterrupt:
+        print("interrupted; Chromium closed; summary of the finished repetitions", file=out)
+        interrupted, reps = True, {k: r for k, r in reps.items() if r}
+        if not reps:
+            sys.exit(130)
+    load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    summary = {k: medians(r) for k, r in reps.items()}
+    base_k = 1 if 1 in summary else next(iter(summary))
     for m in summary.values():
         m["throughput_ratio"] = round(m["per_min"] / summary[base_k]["per_min"], 2)
         m["meets_target"] = m["wall_s"] <= target_s
@@ -201,25 +213,17 @@ def main(artifacts: int, pages: list[int], repeat: int, seed: int, min_fps: floa
                           "min_fps": min_fps, "baseline_pages": base_k, "target_s": target_s,
                           "load_start": load_start, "load_end": load_end,
                           "summary": summary, "repetitions": reps}, indent=2))
-        return
-    print(f"\nmedians of {repeat} repetition(s), {artifacts} artifacts, min fps {min_fps:g}, "
-          f"load average at end {_load(load_end)}; RSS-sum counts memory shared between "
-          "Chromium's processes once per process, PSS-sum splits it (the tree's real footprint)")
-    print(f"| pages | wall s | art/min | vs pages={base_k} | passed | not judged | s/art "
-          f"| slots busy | fps med/min | peak RSS-sum / PSS-sum MiB | end RSS-sum "
-          f"| <= {target_s:g} s |")
-    print("|" + " --- |" * 12)
+        sys.exit(130 if interrupted else 0)
+    print(f"\nmedians of the repetitions (reps), load average at end {load_end}; RSS-sum counts "
+          "memory shared between Chromium's processes once per process, PSS-sum splits it")
+    print(HEADER.format(base=base_k, target=target_s))
     for k, m in summary.items():
-        pss = f"{m['peak_pss_mib']:.0f}" if m["peak_pss_mib"] is not None else "n/a"
-        print(f"| {k} | {m['wall_s']:.1f} | {m['per_min']:.1f} | {m['throughput_ratio']:.2f}x "
-              f"| {m['passed']:g}/{artifacts} | {m['not_judged']:g} | {m['s_per_artifact']:.2f} "
-              f"| {m['slot_use']:.0%} | {m['fps_median']:.1f}/{m['fps_min']:.1f} "
-              f"| {m['peak_rss_mib']:.0f} / {pss} | {m['end_rss_mib']:.0f} "
-              f"| {'yes' if m['meets_target'] else 'no'} |")
+        print(row(f"{k} (x{m['reps']})", m, n=artifacts, target_s=target_s))
     for k, m in summary.items():
         if m["failed_checks"] or m["browser_errors"]:
             print(f"pages={k}, all repetitions: failed checks {m['failed_checks']}, "
                   f"browser errors {m['browser_errors']}")
+    sys.exit(130 if interrupted else 0)
 
 
 if __name__ == "__main__":
