@@ -78,13 +78,12 @@ class RunRequest:
     model: str
     profile: str
     config: RunConfig
-    budget_usd: float | None
 
     def create(self, rt: Runtime) -> int:
         """Create the run and dispatch its first wave; returns the run id."""
         with rt.engine.begin() as conn:
             run_id = create_run(conn, model=self.model, config=self.config,
-                                profile=self.profile, budget_usd=self.budget_usd, now=utcnow())
+                                profile=self.profile, now=utcnow())
         rt.flush_outbox(run_id)
         return run_id
 
@@ -94,8 +93,8 @@ def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, waves: str, model: str, profile: str, seed: int | None,
-                max_turns: int, repair_rounds: int, budget_usd: float | None,
-                sim_latency_ms: int, sim_mix: str, sim_flaw_rate: float, **kwargs: Any) -> Any:
+                max_turns: int, repair_rounds: int, sim_latency_ms: int, sim_mix: str,
+                sim_flaw_rate: float, **kwargs: Any) -> Any:
         spec = WaveSpec.parse(waves)
         try:
             config = RunConfig(
@@ -105,7 +104,7 @@ def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ValidationError as exc:
             raise click.BadParameter("; ".join(e["msg"] for e in exc.errors())) from None
         check_model(model)
-        return fn(*args, request=RunRequest(model, profile, config, budget_usd), **kwargs)
+        return fn(*args, request=RunRequest(model, profile, config), **kwargs)
 
     options = [
         click.option("--wave", "waves", default="1x1", show_default=True,
@@ -120,8 +119,6 @@ def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True, help="Turns after which a session is stopped."),
         click.option("--repair-rounds", type=click.IntRange(min=0), default=2,
                      show_default=True, help="Verifier rejections a session may repair."),
-        click.option("--budget-usd", type=click.FloatRange(min=0), default=None,
-                     help="Dollar budget of the run."),
         click.option("--sim-latency-ms", type=click.IntRange(min=0), default=1500,
                      show_default=True, help="Mean latency of one sim model call."),
         click.option("--sim-mix", default="diligent", show_default=True,
