@@ -98,10 +98,3 @@ def calls_of(content: Content) -> tuple[FunctionCall, ...]:
         if call:
             found.append(FunctionCall(call["name"], dict(call.get("args") or {}), call.get("id")))
     return tuple(found)
-
-
-def text_of(content: Content) -> str:
-    """The visible text of a ``Content`` (thought parts left out)."""
-    return "".join(
-        part.get("text") or "" for part in content.get("parts") or () if not part.get("thought")
-    )

@@ -298,11 +298,6 @@ def add_events(
     )
 
 
-def mark_dispatched(conn: Connection, *, session_id: int, now: datetime) -> None:
-    """Record that a task for this session was just sent."""
-    conn.execute(update(sessions).where(sessions.c.id == session_id).values(dispatched_at=now))
-
-
 @dataclass(frozen=True)
 class SessionView:
     """A session as a turn needs it: its run's settings and its event log."""
