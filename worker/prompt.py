@@ -7,6 +7,7 @@ SHA-256. No time, id or random value goes into it. The brief comes after it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -42,8 +43,9 @@ class Prefix:
     sha256: str
 
 
+@functools.cache
 def build_prefix(profile: Profile) -> Prefix:
-    """The prefix for ``profile``, with its hash."""
+    """The prefix for ``profile``, with its hash (computed once per profile and process)."""
     tools = tool_specs()
     canonical = json.dumps(
         {

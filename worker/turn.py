@@ -18,7 +18,7 @@ from sqlalchemy import update
 from worker import history, store
 from worker.errors import ModelFatal, ModelUnavailable, ToolError, TransientError
 from worker.model import Model, ModelRequest, ModelTurn
-from worker.profiles import get_profile
+from worker.profiles import Profile, get_profile
 from worker.prompt import build_prefix, user_text
 from worker.providers import model_for
 from worker.runs import RunConfig
@@ -100,16 +100,15 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
     except ModelFatal as exc:
         return _end(rt, claim, SessionStatus.error, outcome="model_error", error=str(exc))
     latency_ms = int((time.monotonic() - called) * 1000)
-    outcome = _commit(rt, claim, view, answer, latency_ms)
+    outcome = _commit(rt, claim, view, profile, answer, latency_ms)
     logger.info("turn %s/%s %s in %.2fs (%d calls)", session_id, turn_no, outcome.value,
                 time.monotonic() - started, len(answer.calls))
     return outcome
 
 
-def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView, answer: ModelTurn,
-            latency_ms: int) -> TurnOutcome:
+def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView, profile: Profile,
+            answer: ModelTurn, latency_ms: int) -> TurnOutcome:
     now = rt.clock()
-    profile = get_profile(view.profile)
     with rt.engine.begin() as conn:
         if not store.holds_lease(conn, claim=claim):
             logger.warning("turn %s/%s fenced: lease epoch %s superseded",
