@@ -23,6 +23,7 @@ from worker.db import make_engine, migrate
 from worker.runtime import Runtime
 from worker.settings import Settings
 from worker.store import Dispatch
+from worker.tables import metadata
 
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -72,9 +73,6 @@ def redis_url() -> Iterator[str]:
     client.flushdb()
 
 
-TABLES = ("samples", "verifications", "usage", "plans", "artifact_versions", "artifacts",
-          "events", "outbox", "sessions", "waves", "runs")
-
 
 @pytest.fixture
 def settings(pg_url: str, redis_url: str) -> Iterator[Settings]:
@@ -86,7 +84,8 @@ def settings(pg_url: str, redis_url: str) -> Iterator[Settings]:
                    verify_min_fps=10)
     engine = make_engine(Settings(database_url=pg_url))
     with engine.begin() as conn:
-        conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+        tables = ", ".join(t.name for t in metadata.sorted_tables)
+        conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
     engine.dispose()
 
 
