@@ -24,8 +24,9 @@ from scheduler.views import status_view
 from worker import create_app
 from worker.db import make_engine, migrate, require_migrated, utcnow
 from worker.errors import SwarmError
+from worker.pricing import PriceTable
 from worker.profiles import DEFAULT_PROFILE, PROFILES
-from worker.providers import check_model
+from worker.providers import GEMINI_PREFIX, Providers, check_model
 from worker.runs import RunConfig, WaveSpec, create_run, parse_mix
 from worker.runtime import Runtime
 from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
@@ -103,14 +104,16 @@ def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                 sim_mix=parse_mix(sim_mix), sim_flaw_rate=sim_flaw_rate)
         except ValidationError as exc:
             raise click.BadParameter("; ".join(e["msg"] for e in exc.errors())) from None
-        check_model(model)
+        settings = click.get_current_context().find_object(Settings)
+        check_model(model, PriceTable.load(settings.prices_file if settings else None))
         return fn(*args, request=RunRequest(model, profile, config), **kwargs)
 
     options = [
         click.option("--wave", "waves", default="1x1", show_default=True,
                      help="N waves of M concurrent sessions, as NxM."),
         click.option("--model", default="sim", show_default=True,
-                     help="Model name ('sim' is the offline stand-in)."),
+                     help="'sim' (the offline stand-in) or a Gemini model, e.g. "
+                          "gemini-3-flash-preview."),
         click.option("--profile", type=click.Choice(sorted(PROFILES)), default=DEFAULT_PROFILE,
                      show_default=True, help="Prompt contract and engine rules."),
         click.option("--seed", type=int, default=None,
@@ -214,6 +217,8 @@ def status(settings: Settings, run_id: int | None, with_sessions: bool, as_json:
             if run_id is None:
                 raise click.ClickException("no runs yet")
             status = run_status(conn, run_id)
+            if status["model"].startswith(GEMINI_PREFIX) and not settings.is_embedded:
+                status["limiter"] = Providers(settings).limiter_status(status["model"])
             if with_sessions:
                 status["session_list"] = session_rows(conn, run_id)
     finally:

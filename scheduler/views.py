@@ -38,6 +38,8 @@ def status_view(status: dict[str, Any]) -> Group:
     summary.add_row("turns / cost", f"{status['turns']} turns, ${status['cost_usd']:.4f}")
     if status["elapsed_s"] is not None:
         summary.add_row("elapsed", f"{status['elapsed_s']:.1f} s")
+    if "limiter" in status:
+        summary.add_row("limiter", _limiter(status["limiter"]))
     waves = Table("wave", "size", "status", "done", "started", "finished", box=None)
     for w in status["waves"]:
         waves.add_row(str(w["index"]), str(w["size"]), w["status"], str(w["done"]),
@@ -51,6 +53,20 @@ def status_view(status: dict[str, Any]) -> Group:
                       row["outcome"] or "-", str(row["turns"]), str(row["versions"]),
                       str(row["errors"]), f"${row['cost_usd']:.4f}")
     return Group(summary, waves, table)
+
+
+def _limiter(state: dict[str, Any]) -> str:
+    if "error" in state:
+        return str(state["error"])
+    text = (f"{state['in_flight']} in flight of {state['concurrency_limit']} "
+            f"(max {state['max_concurrency']}), {state['requests_in_window']}/"
+            f"{state['requests_per_minute']} requests and {state['tokens_in_window']:,}/"
+            f"{state['tokens_per_minute']:,} tokens in the last minute")
+    if state["cooldown_until"]:
+        text += f", cooling down until {_clock(state['cooldown_until'])}"
+    if state["paused"]:
+        text += f", paused until {state['paused']['until']}: {state['paused']['reason']}"
+    return text
 
 
 def _clock(iso: str | None) -> str:

@@ -19,6 +19,7 @@ import pytest
 import redis
 from sqlalchemy import Engine, text
 
+from ops.fake_gemini import FakeGemini, FaultRule, SimConfig
 from worker.db import make_engine, migrate
 from worker.runtime import Runtime
 from worker.settings import Settings
@@ -81,7 +82,8 @@ def settings(pg_url: str, redis_url: str) -> Iterator[Settings]:
     # machine still reaches (the frame-rate check itself is tested on the page corpus).
     yield Settings(database_url=pg_url, broker_url=redis_url, lease_ttl_s=30,
                    redispatch_after_s=3, reconcile_interval_s=0.5, retry_backoff_s=0.2,
-                   verify_min_fps=10)
+                   verify_min_fps=10, gemini_timeout_s=5, limiter_wait_s=5,
+                   limiter_prefix=f"swarm:test:{secrets.token_hex(4)}:limit")
     engine = make_engine(Settings(database_url=pg_url))
     with engine.begin() as conn:
         tables = ", ".join(t.name for t in metadata.sorted_tables)
@@ -178,6 +180,9 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "SWARM_RECONCILE_INTERVAL_S": str(settings.reconcile_interval_s),
         "SWARM_RETRY_BACKOFF_S": str(settings.retry_backoff_s),
         "SWARM_VERIFY_MIN_FPS": str(settings.verify_min_fps),
+        "SWARM_GEMINI_TIMEOUT_S": str(settings.gemini_timeout_s),
+        "SWARM_LIMITER_WAIT_S": str(settings.limiter_wait_s),
+        "SWARM_LIMITER_PREFIX": settings.limiter_prefix,
         # Runtime tests judge statically; tests of the browser verifier ask for it.
         "SWARM_VERIFIER": "static",
         **extra,
@@ -201,6 +206,23 @@ def start_worker(settings: Settings) -> Iterator[Callable[..., WorkerProcess]]:
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+def fake_gemini() -> Iterator[Callable[..., FakeGemini]]:
+    """Factory: start a fake Gemini API on 127.0.0.1; all are stopped afterwards."""
+    started: list[FakeGemini] = []
+
+    def start(*, latency_ms: int = 20, mix: dict[str, float] | None = None,
+              faults: list[FaultRule] | None = None) -> FakeGemini:
+        sim = SimConfig(latency_ms=latency_ms, mix=mix or {"diligent": 1.0})
+        fake = FakeGemini(sim=sim, faults=faults).start()
+        started.append(fake)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.stop()
 
 
 @pytest.fixture

@@ -6,14 +6,14 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from worker.db import utcnow
 from worker.model import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
 from worker.runs import RunConfig, create_run
 from worker.runtime import Runtime
 from worker.store import take_outbox
-from worker.tables import sessions
+from worker.tables import artifact_versions, artifacts, events, sessions, usage
 
 _seeds = itertools.count(1000)
 
@@ -85,3 +85,19 @@ def run_script(rt: Runtime, session_id: int, turns: list[ModelTurn]) -> list[str
     model = ScriptedModel(turns)
     return [run_turn(rt=rt, session_id=session_id, turn_no=n, model=model).value
             for n in range(len(turns))]
+
+
+def duplicates(engine: Engine) -> dict[str, int]:
+    """Rows that would betray a turn committed twice (all must be 0)."""
+    with engine.connect() as conn:
+        usage_per_turn = select(usage.c.session_id, usage.c.turn_no).group_by(
+            usage.c.session_id, usage.c.turn_no).having(func.count() > 1)
+        model_events = select(events.c.session_id, events.c.turn_no).where(
+            events.c.kind == "model").group_by(events.c.session_id, events.c.turn_no).having(
+            func.count() > 1)
+        # version numbers of each artifact must be exactly 1..n
+        gaps = select(artifacts.c.id).join(artifact_versions).group_by(artifacts.c.id).having(
+            func.count() != func.max(artifact_versions.c.version))
+        return {name: len(conn.execute(q).all()) for name, q in
+                (("usage", usage_per_turn), ("model_events", model_events),
+                 ("version_gaps", gaps))}

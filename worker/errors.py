@@ -42,11 +42,17 @@ class RunNotFound(SwarmError):
 
 
 class TransientError(SwarmError):
-    """A failure that may go away; retry after ``delay_s`` seconds if given."""
+    """A failure that may go away; retry after ``delay_s`` seconds if given.
 
-    def __init__(self, message: str, *, delay_s: float | None = None) -> None:
+    ``counts`` is False for a wait that is no failure (a turn throttled by the fleet's own
+    limiter), so that it does not use up the turn's retries.
+    """
+
+    def __init__(self, message: str, *, delay_s: float | None = None,
+                 counts: bool = True) -> None:
         super().__init__(message)
         self.delay_s = delay_s
+        self.counts = counts
 
 
 class ModelUnavailable(TransientError):

@@ -1,4 +1,4 @@
-"""What a worker process holds: settings, the engine, prices and a way to send tasks."""
+"""What a worker process holds: settings, the engine, prices, models and a way to send tasks."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Protocol
 
 from sqlalchemy import Engine
@@ -15,6 +16,7 @@ from sqlalchemy import Engine
 from worker import store
 from worker.db import utcnow
 from worker.pricing import PriceTable
+from worker.providers import Providers
 from worker.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -35,9 +37,19 @@ class Runtime:
     settings: Settings
     engine: Engine
     dispatcher: Dispatcher
-    prices: PriceTable = field(default_factory=PriceTable.load)
+    prices: PriceTable = field(default=None)  # type: ignore[assignment]
+    """Defaults to the built-in table with the settings' price file on top."""
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     clock: Callable[[], datetime] = utcnow
+
+    def __post_init__(self) -> None:
+        if self.prices is None:
+            self.prices = PriceTable.load(self.settings.prices_file)
+
+    @cached_property
+    def providers(self) -> Providers:
+        """The process's model clients, shared by every turn."""
+        return Providers(self.settings)
 
     def send_all(self, items: Iterable[store.Dispatch]) -> int:
         """Send tasks after their transaction committed; a lost send is the reconciler's."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The embedded default database: a SQLite file in the working directory.
@@ -65,8 +65,29 @@ class Settings(BaseSettings):
     verify_min_fps: float = Field(default=30.0, gt=0)
     """Frames per second a page's own animation loop must reach."""
 
-    gemini_api_key: SecretStr | None = Field(default=None)
-    """Gemini API key; never logged, never stored."""
+    gemini_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices(
+        "SWARM_GEMINI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"))
+    """Gemini API key (``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``); never logged, never stored."""
+    gemini_base_url: str | None = None
+    """Where the Gemini API is served; unset means Google's endpoint."""
+    gemini_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest wait for one model call (the SDK has no timeout of its own)."""
+    thinking_level: Literal["minimal", "low", "medium", "high"] = "low"
+    """Thinking level of Gemini 3 models."""
+    thinking_budget: int = Field(default=1024, ge=-1)
+    """Thinking budget of Gemini 2.5 models, in tokens (-1: dynamic)."""
+    model_concurrency: int = Field(default=16, ge=1)
+    """Calls in flight per model across the fleet (cut on 429s, grown back slowly)."""
+    model_rpm: int = Field(default=1000, ge=1)
+    """Requests per minute per model across the fleet."""
+    model_tpm: int = Field(default=1_000_000, ge=1)
+    """Input and output tokens per minute per model across the fleet."""
+    limiter_prefix: str = "swarm:limit"
+    """Redis key prefix of the limiter's state (fleets sharing one Redis need their own)."""
+    limiter_wait_s: float = Field(default=10.0, ge=0)
+    """How long a turn waits for the limiter before it is handed back and retried."""
+    prices_file: Path | None = None
+    """JSON file of prices laid over the built-in table (``{model: {input_per_m, ...}}``)."""
 
     worker_name: str = "swarm"
     """Prefix of the lease owner recorded on sessions."""
@@ -79,6 +100,21 @@ class Settings(BaseSettings):
             if value.startswith(prefix):
                 return "postgresql+psycopg://" + value[len(prefix) :]
         return value
+
+    @field_validator("gemini_base_url")
+    @classmethod
+    def _unset_if_empty(cls, value: str | None) -> str | None:
+        """An empty value (as compose passes an unset variable) means Google's endpoint."""
+        return value or None
+
+    @model_validator(mode="after")
+    def _calls_fit_in_a_lease(self) -> Settings:
+        """A turn waits for the limiter, then the model, all while holding its lease."""
+        if self.limiter_wait_s + self.gemini_timeout_s >= self.lease_ttl_s:
+            total_s = self.limiter_wait_s + self.gemini_timeout_s
+            raise ValueError(f"limiter_wait_s + gemini_timeout_s ({total_s:g} s) must be "
+                             f"shorter than lease_ttl_s ({self.lease_ttl_s:g} s)")
+        return self
 
     @property
     def is_embedded(self) -> bool:

@@ -16,11 +16,18 @@ from typing import Any, NoReturn
 from sqlalchemy import update
 
 from worker import history, store
-from worker.errors import ModelFatal, ModelUnavailable, ToolError, TransientError
+from worker.errors import (
+    ConfigError,
+    ModelFatal,
+    ModelUnavailable,
+    RateLimited,
+    ToolError,
+    TransientError,
+)
+from worker.limiter import ModelPaused, Throttled
 from worker.model import Model, ModelRequest, ModelTurn
 from worker.profiles import Profile, get_profile
 from worker.prompt import build_prefix, user_text
-from worker.providers import model_for
 from worker.runs import RunConfig
 from worker.runtime import Runtime
 from worker.tables import SessionStatus, sessions
@@ -91,13 +98,20 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
                            tool_mode=profile.tool_mode)
     called = time.monotonic()
     try:
-        answer = (model or model_for(view, rt.settings)).generate(request)
+        answer = (model or rt.providers.model_for(view)).generate(request)
+    except ModelPaused as exc:
+        return _end(rt, claim, SessionStatus.stopped, outcome="quota", error=str(exc))
     except ModelUnavailable as exc:
-        if retries >= rt.settings.max_model_retries:
+        if isinstance(exc, RateLimited) and exc.quota == "day":
+            # The model is paused fleet-wide until the quota resets: stop, don't retry.
+            return _end(rt, claim, SessionStatus.stopped, outcome="quota", error=str(exc))
+        # A wait for the fleet's own limiter is no failure of the model.
+        counts = not isinstance(exc, Throttled)
+        if counts and retries >= rt.settings.max_model_retries:
             return _end(rt, claim, SessionStatus.error, outcome="retries_exhausted",
                         error=f"model unavailable after {retries} retries: {exc}")
-        _retry_later(rt, claim, exc, retries)
-    except ModelFatal as exc:
+        _retry_later(rt, claim, exc, retries, counts=counts)
+    except (ModelFatal, ConfigError) as exc:
         return _end(rt, claim, SessionStatus.error, outcome="model_error", error=str(exc))
     latency_ms = int((time.monotonic() - called) * 1000)
     outcome = _commit(rt, claim, view, profile, answer, latency_ms)
@@ -185,7 +199,8 @@ def _end(rt: Runtime, claim: store.Claim, status: SessionStatus, *, outcome: str
     return TurnOutcome.ended
 
 
-def _retry_later(rt: Runtime, claim: store.Claim, exc: TransientError, retries: int) -> NoReturn:
+def _retry_later(rt: Runtime, claim: store.Claim, exc: TransientError, retries: int, *,
+                 counts: bool) -> NoReturn:
     # The server's own retry delay wins; otherwise back off exponentially.
     delay_s = exc.delay_s if exc.delay_s is not None else backoff_s(rt, retries)
     with rt.engine.begin() as conn:
@@ -193,4 +208,4 @@ def _retry_later(rt: Runtime, claim: store.Claim, exc: TransientError, retries: 
                            retry_at=rt.clock() + timedelta(seconds=delay_s))
     logger.warning("turn %s/%s: %s; retrying in %.1fs", claim.session_id, claim.turn_no,
                    exc, delay_s)
-    raise TransientError(str(exc), delay_s=delay_s) from exc
+    raise TransientError(str(exc), delay_s=delay_s, counts=counts) from exc

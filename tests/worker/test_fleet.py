@@ -14,11 +14,11 @@ from sqlalchemy import Engine, func, select
 from scheduler.cli import cli
 from scheduler.follow import until_finished
 from tests.conftest import WorkerProcess
-from tests.factories import make_run
+from tests.factories import duplicates, make_run
 from worker.app import CeleryDispatcher
 from worker.settings import Settings
 from worker.store import Dispatch
-from worker.tables import artifact_versions, artifacts, events, sessions, usage
+from worker.tables import artifact_versions, artifacts, sessions, usage
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -32,22 +32,6 @@ def _enqueue(settings: Settings, *args: str) -> int:
         "enqueue", "--model", "sim", "--seed", "7", *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return int(result.output.split()[1].rstrip(":"))
-
-
-def _duplicates(engine: Engine) -> dict[str, int]:
-    """Rows that would betray a turn committed twice (all must be 0)."""
-    with engine.connect() as conn:
-        usage_per_turn = select(usage.c.session_id, usage.c.turn_no).group_by(
-            usage.c.session_id, usage.c.turn_no).having(func.count() > 1)
-        model_events = select(events.c.session_id, events.c.turn_no).where(
-            events.c.kind == "model").group_by(events.c.session_id, events.c.turn_no).having(
-            func.count() > 1)
-        # version numbers of each artifact must be exactly 1..n
-        gaps = select(artifacts.c.id).join(artifact_versions).group_by(artifacts.c.id).having(
-            func.count() != func.max(artifact_versions.c.version))
-        return {name: len(conn.execute(q).all()) for name, q in
-                (("usage", usage_per_turn), ("model_events", model_events),
-                 ("version_gaps", gaps))}
 
 
 def test_3x4_run_succeeds_in_wave_order(settings: Settings, engine: Engine,
@@ -73,7 +57,7 @@ def test_3x4_run_succeeds_in_wave_order(settings: Settings, engine: Engine,
     for earlier, later in itertools.pairwise(waves):
         assert earlier["finished_at"] <= later["started_at"]
     assert status["tokens"]["cached"] > 0 and status["cost_usd"] > 0
-    assert _duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
+    assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
     assert worker.errors() == []
 
 
@@ -91,7 +75,7 @@ def test_duplicated_turn_messages_are_harmless(settings: Settings, engine: Engin
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then every turn committed once: one usage row per turn, versions without gaps
     assert status["sessions"]["succeeded"] == 4
-    assert _duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
+    assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
     with engine.connect() as conn:
         turns = conn.execute(select(func.sum(sessions.c.next_turn))
                              .where(sessions.c.run_id == run_id)).scalar_one()

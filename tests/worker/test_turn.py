@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
 
 from tests.factories import ScriptedModel, call, make_run, model_turn, page, run_script
+from worker.errors import ModelFatal, ModelUnavailable, RateLimited, TransientError
+from worker.limiter import ModelPaused, Paused, Throttled
 from worker.model import ModelRequest
 from worker.runtime import Runtime
 from worker.tables import artifact_versions, events, sessions, usage
@@ -252,3 +255,70 @@ def test_a_turn_that_keeps_crashing_ends_the_session_in_error(runtime: Runtime) 
                            .where(sessions.c.id == sid)).one()
     assert (row.status, row.outcome) == ("error", "poison_turn")
     assert "without committing" in row.error
+
+
+def _raising(exc: Exception) -> ScriptedModel:
+    def fail(_: ModelRequest) -> None:
+        raise exc
+
+    return ScriptedModel([model_turn()], before=fail)
+
+
+def _session(rt: Runtime, sid: int) -> Any:
+    with rt.engine.connect() as conn:
+        return conn.execute(select(sessions).where(sessions.c.id == sid)).one()
+
+
+def test_a_transient_error_hands_the_turn_back_for_a_counted_retry(runtime: Runtime) -> None:
+    # Given a model that is unavailable, with the server asking for 3 s
+    _, (sid,) = make_run(runtime.engine)
+    # When the turn runs
+    with pytest.raises(TransientError) as raised:
+        run_turn(rt=runtime, session_id=sid, turn_no=0,
+                 model=_raising(RateLimited("429", delay_s=3.0)))
+    # Then it asks for a retry after the server's delay, which uses up a retry,
+    # and the lease is free again with nothing committed
+    assert (raised.value.delay_s, raised.value.counts) == (3.0, True)
+    row = _session(runtime, sid)
+    assert (row.status, row.next_turn, row.lease_owner, row.turn_attempts) == (
+        "running", 0, None, 0)
+
+
+def test_a_throttled_turn_does_not_use_up_retries(runtime: Runtime) -> None:
+    # Given a turn that has used all its retries, and a fleet limiter with no slot free
+    _, (sid,) = make_run(runtime.engine)
+    retries = runtime.settings.max_model_retries
+    # When it is throttled
+    with pytest.raises(TransientError) as raised:
+        run_turn(rt=runtime, session_id=sid, turn_no=0, retries=retries,
+                 model=_raising(Throttled("busy", delay_s=1.0, reason="concurrency")))
+    # Then it is handed back without counting, and the session goes on
+    assert raised.value.counts is False
+    assert _session(runtime, sid).status == "running"
+    # while a real failure at that count ends the session in error
+    outcome = run_turn(rt=runtime, session_id=sid, turn_no=0, retries=retries,
+                       model=_raising(ModelUnavailable("503 UNAVAILABLE")))
+    row = _session(runtime, sid)
+    assert (outcome.value, row.status, row.outcome) == ("ended", "error", "retries_exhausted")
+    assert "503 UNAVAILABLE" in row.error
+
+
+@pytest.mark.parametrize("exc", [
+    RateLimited("429 RESOURCE_EXHAUSTED: quota per day", quota="day"),
+    ModelPaused(Paused("gemini-3-flash-preview", datetime(2030, 1, 1, tzinfo=UTC), "per day")),
+])
+def test_a_spent_daily_quota_stops_the_session(runtime: Runtime, exc: Exception) -> None:
+    _, (sid,) = make_run(runtime.engine)
+    outcome = run_turn(rt=runtime, session_id=sid, turn_no=0, model=_raising(exc))
+    row = _session(runtime, sid)
+    assert (outcome.value, row.status, row.outcome) == ("ended", "stopped", "quota")
+    assert "per day" in row.error
+
+
+def test_a_fatal_model_error_ends_the_session_with_its_message(runtime: Runtime) -> None:
+    _, (sid,) = make_run(runtime.engine)
+    outcome = run_turn(rt=runtime, session_id=sid, turn_no=0,
+                       model=_raising(ModelFatal("400 INVALID_ARGUMENT: bad schema")))
+    row = _session(runtime, sid)
+    assert (outcome.value, row.status, row.outcome) == ("ended", "error", "model_error")
+    assert row.error == "400 INVALID_ARGUMENT: bad schema"

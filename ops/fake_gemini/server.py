@@ -1,0 +1,286 @@
+"""An HTTP server on 127.0.0.1 that answers ``generateContent`` like the Gemini API.
+
+The sim personas play the model: each session is recognised by its first user message,
+so a session gets the same persona and dashboard on every request. Like the real API the
+server insists on thought signatures in the current turn, counts a prefix it has seen
+before as cached input, and fails in the ways listed in :class:`Fault` on demand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from ops.fake_gemini import wire
+from ops.fake_gemini.faults import (
+    FAULT_HEADER,
+    Fault,
+    FaultPlan,
+    FaultRule,
+    rate_limit_body,
+    server_error_body,
+)
+from worker.model import TokenUsage
+from worker.sim import MIN_CACHED_TOKENS, SimModel, flaw_for, persona_for
+
+logger = logging.getLogger(__name__)
+
+_PATH = re.compile(r"^/(v1|v1beta)/models/([A-Za-z0-9._-]+):generateContent$")
+#: Prefix hashes remembered for implicit caching.
+_SEEN_LIMIT = 200_000
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How the sim personas behave behind the fake API."""
+
+    seed: int = 0
+    mix: dict[str, float] = field(default_factory=lambda: {"diligent": 1.0})
+    flaw_rate: float = 0.0
+    latency_ms: int = 200
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request the server answered (never with its API key)."""
+
+    at: float
+    """``time.monotonic()`` when it arrived."""
+    model: str
+    session: str
+    """Short hash of the session's first user message."""
+    turn: int
+    """Model contents in the request: the turn being asked for."""
+    status: int
+    fault: str | None
+    key_sha256: str
+    """SHA-256 of the API key the request carried: proof of the key, not the key."""
+
+
+class FakeGemini:
+    """The server; ``start()`` serves on a background thread, ``stop()`` ends it.
+
+    Args:
+        port: TCP port on 127.0.0.1 (0 picks a free one).
+        sim: The personas' configuration.
+        faults: Fault rules in force from the start.
+        hang_s: How long a ``hang`` fault holds its request.
+    """
+
+    def __init__(self, *, port: int = 0, sim: SimConfig | None = None,
+                 faults: list[FaultRule] | None = None, hang_s: float = 600.0) -> None:
+        self.sim = sim or SimConfig()
+        self.faults = FaultPlan(faults, seed=self.sim.seed)
+        self.hang_s = hang_s
+        self._secret = hashlib.sha256(f"fake-gemini:{self.sim.seed}".encode()).digest()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._served: list[Served] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL to give the SDK (``HttpOptions(base_url=...)``)."""
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def served(self) -> list[Served]:
+        """Every request answered so far, in order."""
+        with self._lock:
+            return list(self._served)
+
+    def start(self) -> FakeGemini:
+        """Serve on a daemon thread."""
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-gemini",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve on the calling thread until interrupted."""
+        self._httpd.serve_forever()
+
+    def stop(self) -> None:
+        """Stop serving and release held requests."""
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> FakeGemini:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- answering -------------------------------------------------------------------
+
+    def answer(self, model: str, body: Any, *, api_key: str,
+               forced: str | None = None) -> tuple[int, Any, Fault | None]:
+        """Status, JSON body and the fault injected, for one ``generateContent``."""
+        try:
+            parsed = wire.parse(model, body)
+        except wire.BadRequest as exc:
+            return 400, wire.error_body(400, "INVALID_ARGUMENT", str(exc)), None
+        key = hashlib.sha256(parsed.brief.encode()).hexdigest()
+        turn = sum(1 for c in parsed.contents if c.role == "model")
+        missing = self._unsigned(parsed)
+        rule = None if missing else self.faults.pick(forced)
+        status, out = self._respond(parsed, key, turn, rule, missing)
+        with self._lock:
+            self._served.append(Served(
+                time.monotonic(), model, key[:12], turn, status,
+                rule.fault.value if rule else None,
+                hashlib.sha256(api_key.encode()).hexdigest()))
+        return status, out, rule.fault if rule else None
+
+    def _respond(self, parsed: wire.Parsed, key: str, turn: int, rule: FaultRule | None,
+                 missing: str | None) -> tuple[int, Any]:
+        model = parsed.request.model
+        if missing:
+            return 400, wire.error_body(400, "INVALID_ARGUMENT", missing)
+        if rule is not None and rule.fault in (Fault.rate_minute, Fault.rate_day):
+            return 429, rate_limit_body(rule, model)
+        if rule is not None and rule.fault in (Fault.internal, Fault.unavailable,
+                                               Fault.exhausted):
+            return server_error_body(rule.fault)
+        usage_in = self._prompt_usage(parsed)
+        if rule is not None and rule.fault is Fault.malformed:
+            return 200, wire.response_body(None, finish_reason="MALFORMED_FUNCTION_CALL",
+                                           usage=usage_in, model=model)
+        index = int(key[:8], 16)
+        sim = SimModel(seed=self.sim.seed, index=index,
+                       persona=persona_for(self.sim.mix, self.sim.seed, index),
+                       latency_ms=self.sim.latency_ms, design_seed=int(key[8:16], 16) >> 1,
+                       title=parsed.title, flaw=flaw_for(self.sim.flaw_rate, self.sim.seed,
+                                                         index))
+        answer = sim.generate(parsed.request)
+        content = self._sign(answer.content, key, turn)
+        usage = TokenUsage(prompt_tokens=usage_in.prompt_tokens,
+                           cached_tokens=usage_in.cached_tokens,
+                           output_tokens=answer.usage.output_tokens,
+                           thoughts_tokens=answer.usage.thoughts_tokens)
+        return 200, wire.response_body(content, finish_reason="STOP", usage=usage, model=model)
+
+    def _signature(self, key: str, turn: int) -> bytes:
+        return hmac.new(self._secret, f"{key}:{turn}".encode(), hashlib.sha256).digest()
+
+    def _sign(self, content: dict[str, Any], key: str, turn: int) -> dict[str, Any]:
+        parts = [dict(p) for p in content["parts"]]
+        for part in parts:
+            part.pop("thought_signature", None)
+        first = next((p for p in parts if "function_call" in p), None)
+        if first is not None:
+            first["thought_signature"] = self._signature(key, turn)
+        return {"role": "model", "parts": parts}
+
+    def _unsigned(self, parsed: wire.Parsed) -> str | None:
+        """Why the current turn's function calls fail the signature check, if they do."""
+        key = hashlib.sha256(parsed.brief.encode()).hexdigest()
+        valid = {self._signature(key, n) for n in range(len(parsed.contents) + 1)}
+        for part in wire.current_turn_calls(parsed.contents):
+            name = part.function_call.name if part.function_call else "?"
+            if not part.thought_signature:
+                return (f"Function call {name} in the current turn is missing a "
+                        "thought_signature in functionCall parts.")
+            if bytes(part.thought_signature) not in valid:
+                return f"Function call {name} carries a thought_signature this API never issued."
+        return None
+
+    def _prompt_usage(self, parsed: wire.Parsed) -> TokenUsage:
+        hashes = wire.prefix_hashes(parsed)
+        with self._lock:
+            cached = max((size for digest, size in hashes if digest in self._seen), default=0)
+            for digest, _ in hashes:
+                self._seen[digest] = None
+                self._seen.move_to_end(digest)
+            while len(self._seen) > _SEEN_LIMIT:
+                self._seen.popitem(last=False)
+        prompt = hashes[-1][1]
+        return TokenUsage(prompt_tokens=prompt,
+                          cached_tokens=cached if cached >= MIN_CACHED_TOKENS else 0)
+
+
+def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.debug("%s " + format, self.address_string(), *args)
+
+        def do_GET(self) -> None:
+            if self.path == "/_fake/served":
+                self._json(200, [asdict(s) for s in fake.served])
+            elif self.path == "/_fake/health":
+                self._json(200, {"ok": True, "faults_fired": fake.faults.fired})
+            else:
+                self._json(404, wire.error_body(404, "NOT_FOUND", f"no route {self.path}"))
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            if self.path == "/_fake/faults":
+                self._set_faults(raw)
+                return
+            match = _PATH.match(self.path.split("?", 1)[0])
+            if match is None:
+                self._json(404, wire.error_body(404, "NOT_FOUND", f"no route {self.path}"))
+                return
+            query = parse_qs(urlsplit(self.path).query)
+            api_key = self.headers.get("x-goog-api-key") or query.get("key", [""])[0]
+            if not api_key:
+                self._json(403, wire.error_body(
+                    403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."))
+                return
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
+                self._json(400, wire.error_body(400, "INVALID_ARGUMENT", f"bad JSON: {exc}"))
+                return
+            status, out, fault = fake.answer(match.group(2), body, api_key=api_key,
+                                             forced=self.headers.get(FAULT_HEADER))
+            if fault is Fault.hang:
+                fake._stopping.wait(fake.hang_s)
+                self.close_connection = True
+                return
+            self._json(status, out, truncate=fault is Fault.truncate)
+
+        def _set_faults(self, raw: bytes) -> None:
+            try:
+                rules = [FaultRule(Fault(r.pop("fault")), **r) for r in json.loads(raw)]
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                self._json(400, wire.error_body(400, "INVALID_ARGUMENT", str(exc)))
+                return
+            fake.faults.set(rules)
+            self._json(200, {"rules": len(rules)})
+
+        def _json(self, status: int, body: Any, *, truncate: bool = False) -> None:
+            data = json.dumps(body).encode()
+            try:
+                self.send_response(status)
+                self.send_header("content-type", "application/json; charset=UTF-8")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2] if truncate else data)
+                if truncate:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+            except OSError:  # the client gave up (a timeout); nothing left to tell it
+                self.close_connection = True
+
+    return Handler
