@@ -83,17 +83,20 @@ def claim_turn(
     return Claim(session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at)
 
 
-def release_turn(conn: Connection, *, claim: Claim, retry_at: datetime) -> bool:
+def release_turn(conn: Connection, *, claim: Claim, retry_at: datetime,
+                 counted: bool = True) -> bool:
     """Hand the lease back without committing the turn, before a retry at ``retry_at``.
 
     ``turn_attempts`` counts claims that vanished without a commit or a release (a worker
-    crashing on the turn), so a clean release gives its attempt back.
+    crashing on the turn), so a clean release gives its attempt back. A ``counted`` release
+    (a model failure, not a wait for the fleet's limiter) adds to ``model_retries``.
     """
     result = conn.execute(
         update(sessions)
         .where(sessions.c.id == claim.session_id, sessions.c.lease_epoch == claim.epoch)
         .values(lease_owner=None, lease_expires_at=None, dispatched_at=retry_at,
-                turn_attempts=sessions.c.turn_attempts - 1)
+                turn_attempts=sessions.c.turn_attempts - 1,
+                model_retries=sessions.c.model_retries + (1 if counted else 0))
     )
     return result.rowcount == 1
 

@@ -125,6 +125,20 @@ class Base(DeclarativeBase):
     metadata = metadata
 
 
+class Ladder(Base):
+    """A concurrency ladder: one run per tier, tier after tier, once per profile."""
+
+    __tablename__ = "ladders"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    model: Mapped[str] = mapped_column(String(64))
+    tiers: Mapped[list[str]] = mapped_column(JSON)
+    profiles: Mapped[list[str]] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.pending.value)
+    created_at: Mapped[datetime] = _ts(nullable=False)
+    finished_at: Mapped[datetime | None] = _ts()
+
+
 class Run(Base):
     """One swarm: its waves of sessions share a model, a profile and a prompt prefix."""
 
@@ -136,6 +150,12 @@ class Run(Base):
     prefix_sha256: Mapped[str] = mapped_column(String(64))
     budget_usd: Mapped[float | None] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16), default=RunStatus.pending.value)
+    ladder_id: Mapped[int | None] = mapped_column(
+        ForeignKey("ladders.id", ondelete="CASCADE"), index=True)
+    tier: Mapped[str | None] = mapped_column(String(32))
+    """The ladder tier this run is (``5x1``), or None for a run of its own."""
+    stop_reason: Mapped[str | None] = mapped_column(Text)
+    """Why the run stopped early (a budget, a cancel), if it did."""
     created_at: Mapped[datetime] = _ts(nullable=False)
     started_at: Mapped[datetime | None] = _ts()
     finished_at: Mapped[datetime | None] = _ts()
@@ -178,6 +198,8 @@ class Session(Base):
     lease_expires_at: Mapped[datetime | None] = _ts()
     dispatched_at: Mapped[datetime | None] = _ts()
     repair_round: Mapped[int] = mapped_column(Integer, default=0)
+    model_retries: Mapped[int] = mapped_column(Integer, default=0)
+    """Turns handed back after a transient model error (limiter waits excluded)."""
     handoff_version_id: Mapped[int | None] = mapped_column(BigId)
     outcome: Mapped[str | None] = mapped_column(String(32))
     error: Mapped[str | None] = mapped_column(Text)
@@ -328,5 +350,6 @@ artifact_versions = _table(ArtifactVersion)
 plans = _table(PlanItem)
 usage = _table(Usage)
 verifications = _table(Verification)
+ladders = _table(Ladder)
 samples = _table(Sample)
 outbox = _table(Outbox)

@@ -204,7 +204,7 @@ def _retry_later(rt: Runtime, claim: store.Claim, exc: TransientError, retries: 
     # The server's own retry delay wins; otherwise back off exponentially.
     delay_s = exc.delay_s if exc.delay_s is not None else backoff_s(rt, retries)
     with rt.engine.begin() as conn:
-        store.release_turn(conn, claim=claim,
+        store.release_turn(conn, claim=claim, counted=counts,
                            retry_at=rt.clock() + timedelta(seconds=delay_s))
     logger.warning("turn %s/%s: %s; retrying in %.1fs", claim.session_id, claim.turn_no,
                    exc, delay_s)

@@ -282,6 +282,7 @@ def test_a_transient_error_hands_the_turn_back_for_a_counted_retry(runtime: Runt
     row = _session(runtime, sid)
     assert (row.status, row.next_turn, row.lease_owner, row.turn_attempts) == (
         "running", 0, None, 0)
+    assert row.model_retries == 1
 
 
 def test_a_throttled_turn_does_not_use_up_retries(runtime: Runtime) -> None:
@@ -294,7 +295,8 @@ def test_a_throttled_turn_does_not_use_up_retries(runtime: Runtime) -> None:
                  model=_raising(Throttled("busy", delay_s=1.0, reason="concurrency")))
     # Then it is handed back without counting, and the session goes on
     assert raised.value.counts is False
-    assert _session(runtime, sid).status == "running"
+    assert (_session(runtime, sid).status, _session(runtime, sid).model_retries) == (
+        "running", 0)
     # while a real failure at that count ends the session in error
     outcome = run_turn(rt=runtime, session_id=sid, turn_no=0, retries=retries,
                        model=_raising(ModelUnavailable("503 UNAVAILABLE")))
