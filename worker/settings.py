@@ -89,6 +89,11 @@ class Settings(BaseSettings):
     prices_file: Path | None = None
     """JSON file of prices laid over the built-in table (``{model: {input_per_m, ...}}``)."""
 
+    sample_interval_s: float = Field(default=0.5, gt=0)
+    """Period of each worker process's resource sampler (RSS, CPU, threads)."""
+    sample_flush_s: float = Field(default=2.0, gt=0)
+    """Samples are written to the database in batches at least this often."""
+
     worker_name: str = "swarm"
     """Prefix of the lease owner recorded on sessions."""
 
