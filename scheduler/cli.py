@@ -1,4 +1,4 @@
-"""``python -m scheduler``: migrate, enqueue, run (embedded), status."""
+"""``python -m scheduler``: migrate, enqueue, run (embedded), status, cancel, resume."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from scheduler.embedded import embedded_worker
 from scheduler.follow import until_finished
 from scheduler.views import status_view
 from worker import create_app
+from worker.control import cancel_run, resume_run
 from worker.db import make_engine, migrate, require_migrated, utcnow
 from worker.errors import SwarmError
 from worker.pricing import PriceTable
@@ -79,12 +80,13 @@ class RunRequest:
     model: str
     profile: str
     config: RunConfig
+    budget_usd: float | None = None
 
     def create(self, rt: Runtime) -> int:
         """Create the run and dispatch its first wave; returns the run id."""
         with rt.engine.begin() as conn:
             run_id = create_run(conn, model=self.model, config=self.config,
-                                profile=self.profile, now=utcnow())
+                                profile=self.profile, now=utcnow(), budget_usd=self.budget_usd)
         rt.flush_outbox(run_id)
         return run_id
 
@@ -94,19 +96,21 @@ def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, waves: str, model: str, profile: str, seed: int | None,
-                max_turns: int, repair_rounds: int, sim_latency_ms: int, sim_mix: str,
+                max_turns: int, max_tokens: int | None, max_cost_usd: float | None,
+                budget_usd: float | None, repair_rounds: int, sim_latency_ms: int, sim_mix: str,
                 sim_flaw_rate: float, **kwargs: Any) -> Any:
         spec = WaveSpec.parse(waves)
         try:
             config = RunConfig(
                 waves=str(spec), seed=seed if seed is not None else random.randrange(1 << 31),
-                max_turns=max_turns, repair_rounds=repair_rounds, sim_latency_ms=sim_latency_ms,
+                max_turns=max_turns, max_tokens=max_tokens, max_cost_usd=max_cost_usd,
+                repair_rounds=repair_rounds, sim_latency_ms=sim_latency_ms,
                 sim_mix=parse_mix(sim_mix), sim_flaw_rate=sim_flaw_rate)
         except ValidationError as exc:
             raise click.BadParameter("; ".join(e["msg"] for e in exc.errors())) from None
         settings = click.get_current_context().find_object(Settings)
         check_model(model, PriceTable.load(settings.prices_file if settings else None))
-        return fn(*args, request=RunRequest(model, profile, config), **kwargs)
+        return fn(*args, request=RunRequest(model, profile, config, budget_usd), **kwargs)
 
     options = [
         click.option("--wave", "waves", default="1x1", show_default=True,
@@ -120,6 +124,13 @@ def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Seed of briefs and sim behaviour [default: random]."),
         click.option("--max-turns", type=click.IntRange(min=1), default=40,
                      show_default=True, help="Turns after which a session is stopped."),
+        click.option("--max-tokens", type=click.IntRange(min=1), default=None,
+                     help="Tokens a session may spend before it is stopped."),
+        click.option("--max-cost-usd", type=click.FloatRange(min=0, min_open=True),
+                     default=None, help="Dollars a session may spend before it is stopped."),
+        click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Dollars the whole run may spend; then no new turn starts and the "
+                          "remaining sessions end stopped."),
         click.option("--repair-rounds", type=click.IntRange(min=0), default=2,
                      show_default=True, help="Verifier rejections a session may repair."),
         click.option("--sim-latency-ms", type=click.IntRange(min=0), default=1500,
@@ -224,6 +235,40 @@ def status(settings: Settings, run_id: int | None, with_sessions: bool, as_json:
     finally:
         engine.dispose()
     _print_status(status, as_json=as_json)
+
+
+@cli.command()
+@click.argument("run_id", type=int)
+@click.pass_obj
+def cancel(settings: Settings, run_id: int) -> None:
+    """Cancel a run: no new turn or wave starts; turns in flight finish and are recorded."""
+    engine = make_engine(settings)
+    try:
+        require_migrated(engine)
+        with engine.begin() as conn:
+            done = cancel_run(conn, run_id=run_id, now=utcnow())
+    finally:
+        engine.dispose()
+    click.echo(f"run {run_id} cancelled: {done.ended} sessions ended now, {done.in_flight} "
+               "end after the turn they have in flight")
+
+
+@cli.command()
+@click.argument("run_id", type=int)
+@click.pass_obj
+def resume(settings: Settings, run_id: int) -> None:
+    """Dispatch again every session of a run that has not ended (after an outage, a cancel)."""
+    rt = create_app(settings).runtime
+    try:
+        require_migrated(rt.engine)
+        with rt.engine.begin() as conn:
+            dispatches = resume_run(conn, run_id=run_id, now=utcnow())
+        sent = rt.send_all(dispatches)
+    finally:
+        rt.engine.dispose()
+    turns = sum(1 for d in dispatches if d.kind == "turn")
+    click.echo(f"run {run_id} resumed: {turns} turns and {len(dispatches) - turns} "
+               f"verifications dispatched ({sent} sent)")
 
 
 def _safe_url(url: str) -> str:

@@ -36,6 +36,7 @@ def until_finished(engine: Engine, run_id: int, *, show: bool,
                 status = run_status(conn, run_id)
             if update is not None:
                 update(status)
-            if status["status"] in FINAL_RUN_STATES:
+            # A cancelled run is over once the turns it had in flight have ended too.
+            if status["status"] in FINAL_RUN_STATES and status["finished_at"] is not None:
                 return status
             listener.wait(REFRESH_S)

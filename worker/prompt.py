@@ -18,6 +18,8 @@ from worker.model import Content, ToolSpec
 from worker.profiles import Profile
 from worker.tools import tool_specs
 
+#: How every loop warning of the runtime begins its advice (see ``worker.guards``).
+LOOP_HINT = "Next: publish the page"
 #: Every session names its artifact this, so that reports can find it.
 ARTIFACT_NAME = "dashboard.html"
 

@@ -70,6 +70,16 @@ class RunConfig(BaseModel):
     """Turns after which a session is stopped."""
     repair_rounds: int = Field(default=2, ge=0)
     """Verifier rejections a session may repair before it fails."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Tokens a session may spend before it is stopped (None: no limit)."""
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    """Dollars a session may spend before it is stopped (None: no limit)."""
+    loop_repeat: int = Field(default=3, ge=2)
+    """The same calls this many turns in a row are a loop."""
+    loop_errors: int = Field(default=4, ge=2)
+    """This many tool errors in a row are a loop."""
+    loop_idle_turns: int = Field(default=6, ge=2)
+    """This many turns without writing the artifact are a loop."""
     sim_latency_ms: int = Field(default=1500, ge=0)
     """Mean latency of one sim model call."""
     sim_mix: dict[str, float] = Field(default_factory=lambda: {"diligent": 1.0})

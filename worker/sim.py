@@ -19,6 +19,7 @@ from typing import Any
 
 from worker.dashboards import FLAWS, render_dashboard, render_region
 from worker.model import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
+from worker.prompt import LOOP_HINT
 
 #: Smallest prefix, in tokens, that the provider caches implicitly.
 MIN_CACHED_TOKENS = 1024
@@ -51,6 +52,8 @@ class _Facts:
     errors: int = 0
     last_errors: list[dict[str, Any]] = field(default_factory=list)
     feedback: bool = False
+    warned: bool = False
+    """The runtime told the agent it is going round in circles."""
     name: str = "dashboard.html"
 
 
@@ -65,6 +68,8 @@ def _read(history: tuple[Content, ...]) -> _Facts:
         for part in content.get("parts") or ():
             if "text" in part and part["text"].startswith("The verifier rejected"):
                 facts.feedback = True
+            if "text" in part and LOOP_HINT in part["text"]:
+                facts.warned = True
             response = part.get("function_response")
             if not response:
                 continue
@@ -115,6 +120,8 @@ class SimModel:
         self.markdown_turns = plan_rng.randint(1, 3) if persona is Persona.markdown else 0
         self.explore_turns = plan_rng.randint(6, 14) if persona is Persona.explorer else 0
         self.max_mistakes = plan_rng.randint(2, 4) if persona is Persona.sloppy else 0
+        # Told it is looping, an explorer gets on with the work half of the time.
+        self.heeds_warnings = plan_rng.random() < 0.5
 
     def generate(self, request: ModelRequest) -> ModelTurn:
         """Decide and return the next turn (after the configured latency)."""
@@ -136,7 +143,8 @@ class SimModel:
                                 flaw=self.flaw if flawed else None).html
 
     def _decide(self, facts: _Facts, rng: random.Random) -> list[FunctionCall]:
-        if facts.turns < self.markdown_turns + self.explore_turns:
+        exploring = facts.turns < self.markdown_turns + self.explore_turns
+        if exploring and not (facts.warned and self.heeds_warnings):
             return [self._explore(facts.turns)]
         step = self._next_step(facts)
         mistake = self._mistake(step, facts, rng)

@@ -213,7 +213,14 @@ def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datet
             .where(runs.c.id == run_id)
             .values(status=RunStatus.finished.value, finished_at=now)
         )
+    elif run_status == RunStatus.cancelled.value and not _any_active(conn, run_id):
+        conn.execute(update(runs).where(runs.c.id == run_id).values(finished_at=now))
     notify_run(conn, run_id)
+
+
+def _any_active(conn: Connection, run_id: int) -> bool:
+    return conn.execute(select(sessions.c.id).where(
+        sessions.c.run_id == run_id, sessions.c.status.in_(ACTIVE)).limit(1)).first() is not None
 
 
 def start_wave(conn: Connection, *, run_id: int, index: int, now: datetime) -> list[Dispatch]:
@@ -316,6 +323,7 @@ class SessionView:
     model: str
     profile: str
     run_config: dict[str, Any]
+    run_status: str
     events: list[tuple[str, dict[str, Any]]]
 
 
@@ -325,7 +333,8 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
         select(sessions.c.id, sessions.c.run_id, sessions.c.index.label("session_index"),
                sessions.c.persona,
                sessions.c.brief, sessions.c.status, sessions.c.next_turn,
-               sessions.c.repair_round, runs.c.model, runs.c.profile, runs.c.config)
+               sessions.c.repair_round, runs.c.model, runs.c.profile, runs.c.config,
+               runs.c.status.label("run_status"))
         .join(runs, runs.c.id == sessions.c.run_id)
         .where(sessions.c.id == session_id)
     ).one()
@@ -337,7 +346,7 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
     return SessionView(
         id=row.id, run_id=row.run_id, index=row.session_index, persona=row.persona, brief=row.brief,
         status=row.status, next_turn=row.next_turn, repair_round=row.repair_round,
-        model=row.model, profile=row.profile, run_config=row.config,
+        model=row.model, profile=row.profile, run_config=row.config, run_status=row.run_status,
         events=[(e.kind, e.payload) for e in log],
     )
 

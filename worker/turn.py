@@ -15,9 +15,10 @@ from typing import Any, NoReturn
 
 from sqlalchemy import update
 
-from worker import history, store
+from worker import guards, history, store
 from worker.errors import (
     ConfigError,
+    LimitExceeded,
     ModelFatal,
     ModelUnavailable,
     RateLimited,
@@ -26,11 +27,11 @@ from worker.errors import (
 )
 from worker.limiter import ModelPaused, Throttled
 from worker.model import Model, ModelRequest, ModelTurn
-from worker.profiles import Profile, get_profile
+from worker.profiles import get_profile
 from worker.prompt import build_prefix, user_text
 from worker.runs import RunConfig
 from worker.runtime import Runtime
-from worker.tables import SessionStatus, sessions
+from worker.tables import RunStatus, SessionStatus, runs, sessions
 from worker.tools import ToolContext, run_tool
 
 logger = logging.getLogger(__name__)
@@ -87,10 +88,22 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
                           "without committing")
     with rt.engine.connect() as conn:
         view = store.load_session(conn, session_id=session_id)
+        spent = guards.spend(conn, session_id=session_id, run_id=view.run_id)
+        budget_usd = guards.run_budget(conn, run_id=view.run_id)
     config = RunConfig.model_validate(view.run_config)
+    if view.run_status == RunStatus.cancelled.value:
+        return _end(rt, claim, SessionStatus.cancelled, outcome="cancelled",
+                    error="the run was cancelled")
     if turn_no >= config.max_turns:
         return _end(rt, claim, SessionStatus.stopped, outcome="max_turns",
                     error=f"stopped after {turn_no} turns (max_turns={config.max_turns})")
+    try:
+        guards.check_spend(config, spent, budget_usd)
+    except LimitExceeded as exc:
+        if exc.kind == "budget":
+            _record_run_stop(rt, view.run_id, f"budget: spent ${exc.value:.4f} of "
+                                              f"${exc.limit:.4f}")
+        return _end(rt, claim, SessionStatus.stopped, outcome=exc.kind, error=str(exc))
     profile = get_profile(view.profile)
     prefix = build_prefix(profile)
     request = ModelRequest(model=view.model, system_instruction=prefix.system_instruction,
@@ -114,20 +127,25 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
     except (ModelFatal, ConfigError) as exc:
         return _end(rt, claim, SessionStatus.error, outcome="model_error", error=str(exc))
     latency_ms = int((time.monotonic() - called) * 1000)
-    outcome = _commit(rt, claim, view, profile, answer, latency_ms)
+    outcome, loop = _commit(rt, claim, view, config, answer, latency_ms)
+    if loop is not None:
+        return _end(rt, claim, SessionStatus.stopped, outcome="loop",
+                    error=f"{loop.kind}: {loop.message}")
     logger.info("turn %s/%s %s in %.2fs (%d calls)", session_id, turn_no, outcome.value,
                 time.monotonic() - started, len(answer.calls))
     return outcome
 
 
-def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView, profile: Profile,
-            answer: ModelTurn, latency_ms: int) -> TurnOutcome:
+def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView, config: RunConfig,
+            answer: ModelTurn, latency_ms: int) -> tuple[TurnOutcome, guards.Loop | None]:
+    """Commit the turn; returns its outcome and a loop that must now end the session."""
     now = rt.clock()
+    profile = get_profile(view.profile)
     with rt.engine.begin() as conn:
         if not store.holds_lease(conn, claim=claim):
             logger.warning("turn %s/%s fenced: lease epoch %s superseded",
                            claim.session_id, claim.turn_no, claim.epoch)
-            return TurnOutcome.fenced
+            return TurnOutcome.fenced, None
         ctx = ToolContext(conn=conn, session_id=claim.session_id, turn_no=claim.turn_no,
                           profile=profile, now=now)
         items: list[tuple[str, dict[str, Any]]] = [("model", {
@@ -136,6 +154,13 @@ def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView, profile: P
         if not answer.calls:
             items.append(("nudge", {"reason": "no_tool_call",
                                     "content": user_text(NO_CALL_NOTICE)}))
+        loop, warnings = (None, 0) if ctx.handed_off is not None else guards.find_loop(
+            [*view.events, *items], config)
+        if loop is not None and warnings == 0:
+            # The first time, the agent is told what it repeats and what to do instead.
+            items.append(("nudge", {"reason": guards.LOOP_NUDGE, "kind": loop.kind,
+                                    "content": user_text(loop.message)}))
+            loop = None
         store.add_events(conn, session_id=claim.session_id, turn_no=claim.turn_no, items=items,
                          now=now)
         usage = answer.usage
@@ -158,10 +183,12 @@ def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView, profile: P
         if verifying:
             conn.execute(update(sessions).where(sessions.c.id == claim.session_id)
                          .values(handoff_version_id=ctx.handed_off))
+    if loop is not None:
+        return TurnOutcome.committed, loop
     nxt = (store.Dispatch(claim.session_id, "verify", view.repair_round) if verifying
            else store.Dispatch(claim.session_id, "turn", claim.turn_no + 1))
     rt.send_all([nxt])
-    return TurnOutcome.committed
+    return TurnOutcome.committed, None
 
 
 def _run_tools(answer: ModelTurn, ctx: ToolContext) -> list[tuple[str, dict[str, Any]]]:
@@ -197,6 +224,12 @@ def _end(rt: Runtime, claim: store.Claim, status: SessionStatus, *, outcome: str
                 outcome, claim.turn_no)
     rt.flush_outbox()
     return TurnOutcome.ended
+
+
+def _record_run_stop(rt: Runtime, run_id: int, reason: str) -> None:
+    with rt.engine.begin() as conn:
+        conn.execute(update(runs).where(runs.c.id == run_id, runs.c.stop_reason.is_(None))
+                     .values(stop_reason=reason))
 
 
 def _retry_later(rt: Runtime, claim: store.Claim, exc: TransientError, retries: int, *,

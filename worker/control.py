@@ -1,0 +1,89 @@
+"""A user's hand on a run: cancel it, or resume what has not ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from worker import store
+from worker.errors import InputError, RunNotFound
+from worker.tables import RunStatus, SessionStatus, runs, sessions
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What ``cancel`` did: sessions ended at once, and those finishing a turn first."""
+
+    ended: int
+    in_flight: int
+
+
+def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
+    """Cancel a run: no new turn or wave starts, and its sessions end ``cancelled``.
+
+    A session whose turn is in flight (its lease is live) is left to finish that turn, so
+    the call it is paying for is recorded; it ends when it would start the next one.
+
+    Raises:
+        RunNotFound: no such run.
+        InputError: the run has already finished.
+    """
+    status = _status(conn, run_id)
+    if status == RunStatus.finished.value:
+        raise InputError(f"run {run_id} has already finished")
+    conn.execute(update(runs).where(runs.c.id == run_id).values(
+        status=RunStatus.cancelled.value,
+        stop_reason=runs.c.stop_reason if status == RunStatus.cancelled.value
+        else "cancelled by a user"))
+    rows = conn.execute(select(sessions.c.id, sessions.c.status, sessions.c.lease_expires_at)
+                        .where(sessions.c.run_id == run_id,
+                               sessions.c.status.in_(store.ACTIVE))
+                        .with_for_update()).all()
+    ended = in_flight = 0
+    for row in rows:
+        leased = row.lease_expires_at is not None and row.lease_expires_at > now
+        if row.status == SessionStatus.running.value and leased:
+            in_flight += 1
+        elif store.end_session(conn, session_id=row.id, status=SessionStatus.cancelled,
+                               now=now, outcome="cancelled", error="the run was cancelled"):
+            ended += 1
+    return Cancelled(ended, in_flight)
+
+
+def resume_run(conn: Connection, *, run_id: int, now: datetime) -> list[store.Dispatch]:
+    """Dispatch again every session of a run that has not ended, and any wave start due.
+
+    A cancelled run becomes running again for the sessions it still has; ended sessions
+    stay as they are.
+
+    Raises:
+        RunNotFound: no such run.
+        InputError: the run has already finished.
+    """
+    if _status(conn, run_id) == RunStatus.finished.value:
+        raise InputError(f"run {run_id} has already finished; nothing to resume")
+    conn.execute(update(runs).where(runs.c.id == run_id,
+                                    runs.c.status == RunStatus.cancelled.value)
+                 .values(status=RunStatus.running.value, stop_reason=None))
+    rows = conn.execute(
+        update(sessions)
+        .where(sessions.c.run_id == run_id,
+               sessions.c.status.in_([SessionStatus.running.value,
+                                      SessionStatus.verifying.value]))
+        .values(dispatched_at=now)
+        .returning(sessions.c.id, sessions.c.status, sessions.c.next_turn,
+                   sessions.c.repair_round)).all()
+    dispatches = [
+        store.Dispatch(r.id, "verify", r.repair_round) if r.status == SessionStatus.verifying
+        else store.Dispatch(r.id, "turn", r.next_turn) for r in sorted(rows)]
+    return dispatches + store.take_outbox(conn, now=now, run_id=run_id)
+
+
+def _status(conn: Connection, run_id: int) -> str:
+    status = conn.execute(select(runs.c.status).where(runs.c.id == run_id)).scalar()
+    if status is None:
+        raise RunNotFound(f"no run {run_id}")
+    return str(status)
