@@ -19,13 +19,14 @@ _seeds = itertools.count(1000)
 
 
 def make_run(engine: Engine, *, waves: str = "1x1", model: str = "sim", start: bool = True,
-             budget_usd: float | None = None, **config: Any) -> tuple[int, list[int]]:
+             budget_usd: float | None = None, profile: str = "candidate",
+             **config: Any) -> tuple[int, list[int]]:
     """Create a run (wave 1 started unless ``start`` is false); returns (run id, session ids)."""
     config.setdefault("seed", next(_seeds))
     config.setdefault("sim_latency_ms", 0)
     with engine.begin() as conn:
         run_id = create_run(conn, model=model, config=RunConfig(waves=waves, **config),
-                            now=utcnow(), budget_usd=budget_usd)
+                            now=utcnow(), budget_usd=budget_usd, profile=profile)
         if start:
             take_outbox(conn, now=utcnow(), run_id=run_id)
         ids = conn.execute(select(sessions.c.id).where(sessions.c.run_id == run_id)

@@ -458,3 +458,49 @@ function frame(now) { drawAll(now); frameNo++; }
 requestAnimationFrame(frame);
 """,
 }
+
+#: A compact single-canvas card, for contracts that cap an artifact at a few kilobytes.
+LITE_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
+<link rel="icon" href="data:,">__HEAD__<style>
+body{margin:0;background:__BG__;color:__FG__;font:13px __FONT__}
+h1{font-size:15px;margin:10px 14px}#card{display:block;width:100%;height:260px}
+</style></head><body><main id="card-main"><h1>__TITLE__</h1>
+<section id="chart"><canvas id="card"></canvas></section></main><script>
+'use strict';
+const CFG = __CFG__;
+let s = CFG.seed >>> 0;
+const rnd = () => ((s = (s * 1664525 + 1013904223) >>> 0) / 4294967296);
+const cv = document.getElementById('card'), ctx = cv.getContext('2d');
+const series = CFG.metrics.map((name, i) => ({ name, v: 50, hist: [], col: CFG.cols[i] }));
+function step() {
+  for (const m of series) {
+    m.v = Math.max(0, Math.min(100, m.v + (rnd() - 0.5) * 8));
+    m.hist.push(m.v); if (m.hist.length > 120) m.hist.shift();
+  }
+}
+function draw() {
+  const w = cv.width = cv.clientWidth, h = cv.height = cv.clientHeight;
+  ctx.fillStyle = CFG.panel; ctx.fillRect(0, 0, w, h);
+  series.forEach((m, i) => {
+    ctx.strokeStyle = m.col; ctx.lineWidth = 2; ctx.beginPath();
+    m.hist.forEach((v, x) => {
+      const px = x * w / 119, py = h - 20 - v * (h - 40) / 100;
+      x ? ctx.lineTo(px, py) : ctx.moveTo(px, py);
+    });
+    ctx.stroke(); ctx.fillStyle = m.col;
+    ctx.fillText(m.name + ' ' + m.v.toFixed(1), 10 + i * 150, 14);
+  });
+}
+__LOOP__</script></body></html>
+"""
+
+#: The lite card's animation loops: the real one, and the flawed drafts it can have.
+LITE_LOOPS = {
+    "": "function frame() { step(); draw(); requestAnimationFrame(frame); }\n"
+        "requestAnimationFrame(frame);\n",
+    "set_interval": "setInterval(() => { step(); draw(); }, 16);\n",
+    "js_error": "function frame() { step(); draw(); series[9].v++; requestAnimationFrame(frame); }"
+                "\nrequestAnimationFrame(frame);\n",
+    "static_canvas": "step(); requestAnimationFrame(draw);\n",
+}

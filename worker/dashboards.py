@@ -14,9 +14,18 @@ import json
 import random
 from dataclasses import dataclass
 
-from worker.dashboard_assets import CSS, JS_CORE, JS_LOOPS, JS_PANELS, JS_RUN, PAGE
+from worker.dashboard_assets import (
+    CSS,
+    JS_CORE,
+    JS_LOOPS,
+    JS_PANELS,
+    JS_RUN,
+    LITE_LOOPS,
+    LITE_PAGE,
+    PAGE,
+)
 
-__all__ = ["FLAWS", "Dashboard", "render_dashboard", "render_region"]
+__all__ = ["FLAWS", "Dashboard", "render_dashboard", "render_lite", "render_region"]
 
 #: Flaws a first draft can carry, each one a reason for verification to reject it.
 FLAWS: tuple[str, ...] = ("set_interval", "external_font", "js_error", "static_canvas")
@@ -189,6 +198,32 @@ def render_dashboard(seed: int, *, title: str | None = None, flaw: str | None = 
         .replace("__SCRIPT__", _script(spec, font, flaw))
     )
     return Dashboard(page_title, page, tuple(p.kind for p in spec.panels))
+
+
+def render_lite(seed: int, *, title: str, metrics: list[str], flaw: str | None = None) -> str:
+    """A compact card (about 2 KB): one canvas of live sparklines, for tight size limits.
+
+    Args:
+        seed: Picks the theme and the page's telemetry seed.
+        title: Page title.
+        metrics: Names of the plotted series (at most four are drawn).
+        flaw: One of :data:`FLAWS` for a first draft that verification must reject.
+
+    Raises:
+        ValueError: ``flaw`` is not one of :data:`FLAWS`.
+    """
+    if flaw is not None and flaw not in FLAWS:
+        raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
+    spec = _spec(seed)
+    theme = spec.theme
+    config = {"seed": seed % 2**32, "metrics": metrics[:4], "cols": _series(theme)[:4],
+              "panel": theme.panel}
+    blob = json.dumps(config, separators=(",", ":")).replace("</", "<\\/")
+    loop = LITE_LOOPS["" if flaw in (None, "external_font") else flaw]
+    return (LITE_PAGE.replace("__HEAD__", _EXTERNAL_FONT if flaw == "external_font" else "")
+            .replace("__TITLE__", html.escape(title)).replace("__BG__", theme.bg)
+            .replace("__FG__", theme.text).replace("__FONT__", spec.font)
+            .replace("__CFG__", blob).replace("__LOOP__", loop))
 
 
 def render_region(seed: int, region_id: str, *, revision: int) -> str:

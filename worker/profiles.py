@@ -35,6 +35,9 @@ class Profile:
     """Function-calling mode sent to the model (AUTO lets it answer in text)."""
 
 
+#: The baseline contract's demand that the page also be pasted into the answer.
+MARKDOWN_CLAUSE = "Provide the complete app in a markdown code block, and save it as an artifact."
+
 _WORKSPACE_POLICY = """\
 Workspace policy:
 - You work alone in a private workspace; artifacts are files addressed by name.
@@ -76,11 +79,11 @@ BASELINE = Profile(
     system_instruction=(
         "You are a front-end engineer. You build one standalone HTML/Canvas dashboard card.\n\n"
         + _WORKSPACE_POLICY
-        + """
+        + f"""
 Contract:
 1. Set a plan with plan_manage(action="set") and check items off strictly in order; handoff
    is refused while any item is open.
-2. Provide the complete app in a markdown code block, and save it as an artifact.
+2. {MARKDOWN_CLAUSE}
 3. To repair a draft, delete it and create it again.
 Limits: an artifact may be at most 8 KB.
 """

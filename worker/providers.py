@@ -64,7 +64,8 @@ class Providers:
                 seed=config.seed, index=view.index, persona=Persona(view.persona),
                 latency_ms=config.sim_latency_ms, design_seed=view.brief["design_seed"],
                 title=view.brief["title"],
-                flaw=flaw_for(config.sim_flaw_rate, config.seed, view.index))
+                flaw=flaw_for(config.sim_flaw_rate, config.seed, view.index),
+                metrics=tuple(view.brief["metrics"]))
         if view.model.startswith(GEMINI_PREFIX):
             s = self.settings
             return GeminiModel(client=self.client, limiter=self.limiter,

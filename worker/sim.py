@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from worker.dashboards import FLAWS, render_dashboard, render_region
+from worker.dashboards import FLAWS, render_dashboard, render_lite, render_region
 from worker.model import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
+from worker.profiles import MARKDOWN_CLAUSE
 from worker.prompt import LOOP_HINT
 
 #: Smallest prefix, in tokens, that the provider caches implicitly.
@@ -54,6 +55,8 @@ class _Facts:
     feedback: bool = False
     warned: bool = False
     """The runtime told the agent it is going round in circles."""
+    too_large: bool = False
+    """A write was refused for its size."""
     name: str = "dashboard.html"
 
 
@@ -77,6 +80,7 @@ def _read(history: tuple[Content, ...]) -> _Facts:
             if "error" in body:
                 facts.errors += 1
                 facts.last_errors.append(body["error"])
+                facts.too_large = facts.too_large or body["error"].get("kind") == "too_large"
                 if "current_version" in body["error"]:
                     facts.version = body["error"]["current_version"]
                 continue
@@ -105,10 +109,12 @@ class SimModel:
         title: Title of that dashboard.
         flaw: A defect of its first draft (see ``worker.dashboards.FLAWS``), repaired on
             the verifier's findings.
+        metrics: What the brief asks the dashboard to show (used by the compact card).
     """
 
     def __init__(self, *, seed: int, index: int, persona: Persona, latency_ms: int,
-                 design_seed: int, title: str, flaw: str | None = None) -> None:
+                 design_seed: int, title: str, flaw: str | None = None,
+                 metrics: tuple[str, ...] = ("cpu load", "p99 latency", "error rate")) -> None:
         self.seed = seed
         self.index = index
         self.persona = persona
@@ -116,12 +122,15 @@ class SimModel:
         self.design_seed = design_seed
         self.title = title
         self.flaw = flaw
+        self.metrics = list(metrics)
         plan_rng = random.Random(f"sim:{seed}:{index}")
         self.markdown_turns = plan_rng.randint(1, 3) if persona is Persona.markdown else 0
         self.explore_turns = plan_rng.randint(6, 14) if persona is Persona.explorer else 0
         self.max_mistakes = plan_rng.randint(2, 4) if persona is Persona.sloppy else 0
         # Told it is looping, an explorer gets on with the work half of the time.
         self.heeds_warnings = plan_rng.random() < 0.5
+        # Under a tight size limit, half of the agents first try their full page anyway.
+        self.ambitious = plan_rng.random() < 0.5
 
     def generate(self, request: ModelRequest) -> ModelTurn:
         """Decide and return the next turn (after the configured latency)."""
@@ -129,6 +138,9 @@ class SimModel:
         rng = random.Random(f"turn:{self.seed}:{self.index}:{facts.turns}")
         if facts.turns < self.markdown_turns:
             content = self._markdown_answer()
+        elif MARKDOWN_CLAUSE in request.system_instruction:
+            calls, text = self._baseline(facts, rng)
+            content = self._content(calls, facts.turns, text=text)
         else:
             calls = self._decide(facts, rng)
             content = self._content(calls, facts.turns)
@@ -189,6 +201,39 @@ class SimModel:
                 FunctionCall("handoff", {"summary": f"{self.title}: live canvas telemetry.",
                                          "artifact_name": name})]
 
+    def _baseline(self, facts: _Facts, rng: random.Random) -> tuple[list[FunctionCall], str]:
+        """The baseline contract: the page in a markdown block as well, a small size limit,
+        repairs by delete-then-create, plan items checked off in order before handoff."""
+        exploring = facts.turns < self.markdown_turns + self.explore_turns
+        if exploring and not (facts.warned and self.heeds_warnings):
+            return [self._explore(facts.turns)], ""
+        step = self._next_step(facts)
+        if step == "refine":
+            step = "handoff"  # no in-place edits under this contract
+        mistake = self._mistake(step, facts, rng)
+        if mistake is not None:
+            return mistake, ""
+        name = facts.name
+        if step in ("create", "repair"):
+            full = self.ambitious and not facts.too_large and step == "create"
+            flaw = self.flaw if step == "create" else None
+            page = self._page(flawed=flaw is not None) if full else render_lite(
+                self.design_seed, title=self.title, metrics=self.metrics, flaw=flaw)
+            calls = [FunctionCall("manage_artifact", {"action": "create", "name": name,
+                                                      "content": page})]
+            if step == "repair":
+                calls.insert(0, FunctionCall("manage_artifact", {
+                    "action": "delete", "name": name, "expected_version": facts.version}))
+            if step == "create" and not facts.too_large:  # a retry: item 1 is done already
+                calls.append(FunctionCall("plan_manage", {"action": "done", "item_id": 1}))
+            return calls, f"Here is the app:\n\n```html\n{page}\n```\n"
+        if step == "handoff":
+            calls = [FunctionCall("plan_manage", {"action": "done", "item_id": n})
+                     for n in (2, 3, 4)]
+            return [*calls, FunctionCall("handoff", {
+                "summary": f"{self.title}: live canvas telemetry.", "artifact_name": name})], ""
+        return self._do(step, facts), ""
+
     def _mistake(self, step: str, facts: _Facts, rng: random.Random) -> list[FunctionCall] | None:
         if facts.errors >= self.max_mistakes or facts.last_errors or rng.random() < 0.35:
             return None
@@ -233,8 +278,8 @@ class SimModel:
         return {"role": "model", "parts": [
             {"text": f"Here is the dashboard:\n\n```html\n{page}\n```\n"}]}
 
-    def _content(self, calls: list[FunctionCall], turn: int) -> Content:
-        parts: list[dict[str, Any]] = []
+    def _content(self, calls: list[FunctionCall], turn: int, text: str = "") -> Content:
+        parts: list[dict[str, Any]] = [{"text": text}] if text else []
         for i, call in enumerate(calls):
             part: dict[str, Any] = {"function_call": {
                 "id": f"call-{turn}-{i}", "name": call.name, "args": call.args}}

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from worker.checks import passed, static_checks
-from worker.dashboards import FLAWS, render_dashboard, render_region
+from worker.dashboards import FLAWS, render_dashboard, render_lite, render_region
 
 MIN_BYTES, MAX_BYTES = 12 * 1024, 25 * 1024
 
@@ -189,3 +189,19 @@ def test_render_region_refuses_unknown_regions_and_negative_revisions() -> None:
         render_region(4, missing, revision=1)
     with pytest.raises(ValueError, match="revision"):
         render_region(4, regions[0], revision=-1)
+
+
+def test_lite_cards_fit_the_baseline_ceiling_and_pass_static_checks() -> None:
+    for seed in range(50):
+        html = render_lite(seed, title="Edge <Pulse>", metrics=["cpu load", "io wait"])
+        assert len(html.encode()) < 8 * 1024
+        assert passed(static_checks(html)), (seed, failing(html))
+        assert "Edge &lt;Pulse&gt;" in html
+
+
+@pytest.mark.parametrize(("flaw", "fails"), [("set_interval", {"raf_loop"}),
+                                             ("external_font", {"no_external_url"}),
+                                             ("js_error", set()), ("static_canvas", set())])
+def test_lite_card_flaws(flaw: str, fails: set[str]) -> None:
+    html = render_lite(3, title="t", metrics=["a"], flaw=flaw)
+    assert failing(html) == fails

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
-from worker.dashboards import render_dashboard
+from worker.dashboards import render_dashboard, render_lite
 
 CHROMIUM = DEFAULT_CHROMIUM_PATH
 VIEWPORT = {"width": 1280, "height": 800}
@@ -125,3 +125,15 @@ def browser_colours(browser: Any, png: bytes) -> int:
         return int(page.evaluate(DISTINCT_COLOURS_JS, base64.b64encode(png).decode("ascii")))
     finally:
         page.close()
+
+
+def test_lite_card_animates_without_errors(browser: Any) -> None:
+    page, errors = open_page(browser, render_lite(5, title="Lite", metrics=["a", "b", "c"]))
+    try:
+        wait_past(page, 800)
+        before = page.evaluate(CANVAS_SNAPSHOT_JS)
+        page.wait_for_timeout(SNAPSHOT_GAP_MS)
+        after = page.evaluate(CANVAS_SNAPSHOT_JS)
+    finally:
+        page.close()
+    assert errors == [] and len(before) == 1 and before != after
