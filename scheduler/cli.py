@@ -1,35 +1,29 @@
-"""``python -m scheduler``: migrate, enqueue, run (embedded), status, cancel, resume."""
+"""``python -m scheduler``: migrate, enqueue, run (embedded), ladder, status, cancel, resume."""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging.config
-import random
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import nullcontext
 from typing import Any
 
 import click
 import kombu.exceptions
 import sqlalchemy.exc
-from pydantic import ValidationError
 from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from scheduler.embedded import embedded_worker
 from scheduler.follow import until_finished
-from scheduler.views import status_view
+from scheduler.options import LadderRequest, RunRequest, run_options
+from scheduler.views import ladder_view, status_view
 from worker import create_app
 from worker.control import cancel_run, resume_run
 from worker.db import make_engine, migrate, require_migrated, utcnow
 from worker.errors import SwarmError
-from worker.pricing import PriceTable
-from worker.profiles import DEFAULT_PROFILE, PROFILES
-from worker.providers import GEMINI_PREFIX, Providers, check_model
-from worker.runs import RunConfig, WaveSpec, create_run, parse_mix
-from worker.runtime import Runtime
+from worker.providers import GEMINI_PREFIX, Providers
+from worker.runs import WaveSpec
 from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
 from worker.status import latest_run_id, run_status, session_rows
 
@@ -73,80 +67,6 @@ def cli(ctx: click.Context, database_url: str | None, broker_url: str | None,
     ctx.obj = Settings(**overrides)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
-class RunRequest:
-    """What ``enqueue`` and ``run`` were asked to create."""
-
-    model: str
-    profile: str
-    config: RunConfig
-    budget_usd: float | None = None
-
-    def create(self, rt: Runtime) -> int:
-        """Create the run and dispatch its first wave; returns the run id."""
-        with rt.engine.begin() as conn:
-            run_id = create_run(conn, model=self.model, config=self.config,
-                                profile=self.profile, now=utcnow(), budget_usd=self.budget_usd)
-        rt.flush_outbox(run_id)
-        return run_id
-
-
-def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by ``enqueue`` and ``run``, handed to ``fn`` as one ``request``."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, waves: str, model: str, profile: str, seed: int | None,
-                max_turns: int, max_tokens: int | None, max_cost_usd: float | None,
-                budget_usd: float | None, repair_rounds: int, sim_latency_ms: int, sim_mix: str,
-                sim_flaw_rate: float, **kwargs: Any) -> Any:
-        spec = WaveSpec.parse(waves)
-        try:
-            config = RunConfig(
-                waves=str(spec), seed=seed if seed is not None else random.randrange(1 << 31),
-                max_turns=max_turns, max_tokens=max_tokens, max_cost_usd=max_cost_usd,
-                repair_rounds=repair_rounds, sim_latency_ms=sim_latency_ms,
-                sim_mix=parse_mix(sim_mix), sim_flaw_rate=sim_flaw_rate)
-        except ValidationError as exc:
-            raise click.BadParameter("; ".join(e["msg"] for e in exc.errors())) from None
-        settings = click.get_current_context().find_object(Settings)
-        check_model(model, PriceTable.load(settings.prices_file if settings else None))
-        return fn(*args, request=RunRequest(model, profile, config, budget_usd), **kwargs)
-
-    options = [
-        click.option("--wave", "waves", default="1x1", show_default=True,
-                     help="N waves of M concurrent sessions, as NxM."),
-        click.option("--model", default="sim", show_default=True,
-                     help="'sim' (the offline stand-in) or a Gemini model, e.g. "
-                          "gemini-3-flash-preview."),
-        click.option("--profile", type=click.Choice(sorted(PROFILES)), default=DEFAULT_PROFILE,
-                     show_default=True, help="Prompt contract and engine rules."),
-        click.option("--seed", type=int, default=None,
-                     help="Seed of briefs and sim behaviour [default: random]."),
-        click.option("--max-turns", type=click.IntRange(min=1), default=40,
-                     show_default=True, help="Turns after which a session is stopped."),
-        click.option("--max-tokens", type=click.IntRange(min=1), default=None,
-                     help="Tokens a session may spend before it is stopped."),
-        click.option("--max-cost-usd", type=click.FloatRange(min=0, min_open=True),
-                     default=None, help="Dollars a session may spend before it is stopped."),
-        click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Dollars the whole run may spend; then no new turn starts and the "
-                          "remaining sessions end stopped."),
-        click.option("--repair-rounds", type=click.IntRange(min=0), default=2,
-                     show_default=True, help="Verifier rejections a session may repair."),
-        click.option("--sim-latency-ms", type=click.IntRange(min=0), default=1500,
-                     show_default=True, help="Mean latency of one sim model call."),
-        click.option("--sim-mix", default="diligent", show_default=True,
-                     help="Sim personas and weights, e.g. diligent=3,sloppy=1,explorer,markdown."),
-        click.option("--sim-flaw-rate", type=click.FloatRange(0, 1), default=0.0,
-                     show_default=True, help="Share of sim first drafts with a defect."),
-        click.option("--json", "as_json", is_flag=True, help="Print the status as JSON."),
-    ]
-    decorated: Callable[..., Any] = wrapper
-    for option in reversed(options):
-        decorated = option(decorated)
-    return decorated
-
-
 def _print_status(status: dict[str, Any], *, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(status, indent=2))
@@ -168,7 +88,7 @@ def migrate_cmd(settings: Settings) -> None:
 
 
 @cli.command()
-@run_options
+@run_options()
 @click.option("--follow", is_flag=True, help="Show a live progress bar until the run ends.")
 @click.pass_obj
 def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool) -> None:
@@ -191,7 +111,7 @@ def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool
 
 
 @cli.command()
-@run_options
+@run_options()
 @click.option("--database", default=DEFAULT_DATABASE_URL, show_default=True,
               help="The embedded SQLite database.")
 @click.pass_obj
@@ -211,6 +131,46 @@ def run(settings: Settings, request: RunRequest, as_json: bool, database: str) -
         rt.engine.dispose()
     _print_status(status, as_json=as_json)
     sys.exit(_exit_code(status))
+
+
+@cli.command()
+@run_options(ladder=True)
+@click.option("--detach", is_flag=True, help="Dispatch the first tier to the workers and "
+              "return (with a broker; the tiers still run one after the other).")
+@click.pass_obj
+def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bool) -> None:
+    """Run the tiers one after the other, once per profile, and compare them.
+
+    With the embedded default (no broker configured) the ladder runs in this process;
+    with a broker the workers run it and this command follows it.
+    """
+    embedded = settings.is_embedded
+    if embedded:
+        migrate(settings.database_url)
+    app = create_app(settings)
+    rt = app.runtime
+    size = max(WaveSpec.parse(t).size for t in request.tiers)
+    try:
+        require_migrated(rt.engine)
+        with embedded_worker(app, concurrency=min(size, 100)) if embedded else nullcontext():
+            ladder_id, run_ids = request.create(rt)
+            click.echo(f"ladder L{ladder_id}: {len(request.tiers)} tiers "
+                       f"({', '.join(request.tiers)}) x {len(request.profiles)} profiles "
+                       f"({', '.join(request.profiles)}), model {request.model}, seed "
+                       f"{request.config.seed}", err=as_json)
+            if detach and not embedded:
+                return
+            statuses = [until_finished(rt.engine, run_id, show=not as_json)
+                        for run_id in run_ids]
+    finally:
+        rt.engine.dispose()
+    if as_json:
+        click.echo(json.dumps({"ladder": ladder_id, "runs": statuses}, indent=2))
+    else:
+        Console().print(ladder_view(statuses))
+        click.echo(f"figures: python -m scheduler report L{ladder_id} [--html report.html]")
+    incomplete = any(_exit_code(s) != EXIT_OK for s in statuses)
+    sys.exit(EXIT_RUN_INCOMPLETE if incomplete else EXIT_OK)
 
 
 @cli.command()

@@ -55,6 +55,20 @@ def status_view(status: dict[str, Any]) -> Group:
     return Group(summary, waves, table)
 
 
+def ladder_view(statuses: list[dict[str, Any]]) -> Table:
+    """One line per run of a ladder: profile, tier, sessions, turns, cost, time."""
+    table = Table("run", "profile", "tier", "succeeded", "stopped", "failed", "turns", "cost",
+                  "elapsed", box=None)
+    for s in statuses:
+        sessions = s["sessions"]
+        table.add_row(str(s["run"]), s["profile"], s["tier"] or s["waves_spec"],
+                      f"{sessions['succeeded']}/{sessions['total']}", str(sessions["stopped"]),
+                      str(sessions["failed"] + sessions["error"]), str(s["turns"]),
+                      f"${s['cost_usd']:.4f}",
+                      f"{s['elapsed_s']:.1f} s" if s["elapsed_s"] is not None else "-")
+    return table
+
+
 def _limiter(state: dict[str, Any]) -> str:
     if "error" in state:
         return str(state["error"])

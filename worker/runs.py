@@ -14,7 +14,7 @@ from worker.errors import InputError
 from worker.profiles import DEFAULT_PROFILE, get_profile
 from worker.prompt import brief_message, build_prefix, make_brief
 from worker.sim import Persona, persona_for
-from worker.store import START_WAVE
+from worker.store import wave_start
 from worker.tables import events, outbox, runs, sessions, waves
 
 _WAVE_RE = re.compile(r"^\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*$")
@@ -118,15 +118,21 @@ def parse_mix(text: str) -> dict[str, float]:
 
 
 def create_run(conn: Connection, *, model: str, config: RunConfig, now: datetime,
-               profile: str = DEFAULT_PROFILE, budget_usd: float | None = None) -> int:
-    """Insert a run with its waves and sessions, and the outbox row that starts wave 1."""
+               profile: str = DEFAULT_PROFILE, budget_usd: float | None = None,
+               ladder_id: int | None = None, tier: str | None = None,
+               start: bool = True) -> int:
+    """Insert a run with its waves and sessions, and (``start``) the outbox row of wave 1.
+
+    A ladder's later runs are created with ``start=False``: the run before them writes
+    that row when it finishes.
+    """
     spec = WaveSpec.parse(config.waves)
     prefix = build_prefix(get_profile(profile))
     run_id = conn.execute(
         insert(runs)
         .values(profile=profile, model=model, config=config.model_dump(mode="json"),
                 prefix_sha256=prefix.sha256, budget_usd=budget_usd, status="pending",
-                created_at=now)
+                ladder_id=ladder_id, tier=tier, created_at=now)
         .returning(runs.c.id)
     ).scalar_one()
     wave_ids = conn.execute(
@@ -149,7 +155,6 @@ def create_run(conn: Connection, *, model: str, config: RunConfig, now: datetime
         {"session_id": session_id, "turn_no": 0, "seq": 0, "kind": "brief",
          "payload": {"content": brief_message(row["brief"])}, "created_at": now}
         for session_id, row in zip(session_ids, rows, strict=True)])
-    conn.execute(insert(outbox).values(
-        key=f"run:{run_id}:wave:1", run_id=run_id, kind=START_WAVE, payload={"index": 1},
-        created_at=now))
+    if start:
+        conn.execute(insert(outbox).values(wave_start(run_id, 1, now)))
     return int(run_id)

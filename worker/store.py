@@ -20,6 +20,7 @@ from worker.tables import (
     SessionStatus,
     WaveStatus,
     events,
+    ladders,
     outbox,
     runs,
     sessions,
@@ -198,24 +199,40 @@ def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datet
     ).first()
     run_status = conn.execute(select(runs.c.status).where(runs.c.id == run_id)).scalar_one()
     if has_next is not None and run_status == RunStatus.running.value:
-        conn.execute(
-            insert(outbox).values(
-                key=f"run:{run_id}:wave:{wave.wave_index + 1}",
-                run_id=run_id,
-                kind=START_WAVE,
-                payload={"index": wave.wave_index + 1},
-                created_at=now,
-            )
-        )
+        conn.execute(insert(outbox).values(wave_start(run_id, wave.wave_index + 1, now)))
     elif run_status == RunStatus.running.value:
         conn.execute(
             update(runs)
             .where(runs.c.id == run_id)
             .values(status=RunStatus.finished.value, finished_at=now)
         )
+        _next_in_ladder(conn, run_id=run_id, now=now)
     elif run_status == RunStatus.cancelled.value and not _any_active(conn, run_id):
         conn.execute(update(runs).where(runs.c.id == run_id).values(finished_at=now))
     notify_run(conn, run_id)
+
+
+def wave_start(run_id: int, index: int, now: datetime) -> dict[str, Any]:
+    """The outbox row that starts wave ``index`` of a run (its key makes it unique)."""
+    return {"key": f"run:{run_id}:wave:{index}", "run_id": run_id, "kind": START_WAVE,
+            "payload": {"index": index}, "created_at": now}
+
+
+def _next_in_ladder(conn: Connection, *, run_id: int, now: datetime) -> None:
+    # A ladder's runs go one after the other: the finished run starts the next pending one,
+    # or closes the ladder when it was the last.
+    ladder_id = conn.execute(select(runs.c.ladder_id).where(runs.c.id == run_id)).scalar()
+    if ladder_id is None:
+        return
+    nxt = conn.execute(select(runs.c.id).where(
+        runs.c.ladder_id == ladder_id, runs.c.status == RunStatus.pending.value,
+        runs.c.id > run_id).order_by(runs.c.id).limit(1)).scalar()
+    if nxt is not None:
+        conn.execute(insert(outbox).values(wave_start(nxt, 1, now)))
+        notify_run(conn, nxt)
+    else:
+        conn.execute(update(ladders).where(ladders.c.id == ladder_id).values(
+            status=RunStatus.finished.value, finished_at=now))
 
 
 def _any_active(conn: Connection, run_id: int) -> bool:

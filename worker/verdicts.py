@@ -118,5 +118,6 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
     if nxt is not None:
         rt.send_all([nxt])
     else:
-        rt.flush_outbox(row.run_id)
+        # The ending may have started the next wave, or the next run of a ladder.
+        rt.flush_outbox()
     return result
