@@ -58,6 +58,23 @@ def test_services_and_health_ordering(config: dict[str, Any]) -> None:
     assert all(str(p).startswith("127.0.0.1:") for p in services["flower"]["ports"])
 
 
+def test_flower_requires_its_credentials_alone() -> None:
+    result = _config(POSTGRES_PASSWORD="pw-for-test")
+    assert result.returncode != 0
+    assert "FLOWER_BASIC_AUTH" in result.stderr
+
+
+def test_flower_runs_the_shipped_configuration(config: dict[str, Any]) -> None:
+    command = config["services"]["flower"]["command"]
+    confs = [arg.removeprefix("--conf=") for arg in command if arg.startswith("--conf=")]
+    assert confs == ["ops/flowerconfig.py"], command
+    # the image copies ops/ into its working directory, where the path is resolved
+    assert (ROOT / confs[0]).is_file()
+    assert "COPY ops ops" in (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    # credentials come from the environment only, never from the command line
+    assert not any("basic_auth" in arg or "basic-auth" in arg for arg in command), command
+
+
 def _commands(config: dict[str, Any]) -> list[list[str]]:
     found = []
     for service in config["services"].values():
