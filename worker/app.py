@@ -74,7 +74,7 @@ class SwarmCelery(Celery):  # type: ignore[misc]
     """A Celery app that carries Swarm's settings and, lazily, the process runtime."""
 
     def __init__(self, settings: Settings | None = None) -> None:
-        super().__init__("swarm", include=["worker.tasks", "verifier.tasks"])
+        super().__init__("swarm", include=["worker.tasks", "verifier.tasks", "ops.metrics"])
         self._given_settings = settings
         self._runtime_lock = threading.Lock()
         self._runtime: Runtime | None = None
