@@ -1,4 +1,5 @@
-"""``python -m scheduler``: migrate, enqueue, run (embedded), ladder, status, cancel, resume."""
+"""``python -m scheduler``: migrate, enqueue, run (embedded), ladder, status, report, cancel,
+resume."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sqlalchemy.engine import make_url
 from scheduler.embedded import embedded_worker
 from scheduler.follow import until_finished
 from scheduler.options import LadderRequest, RunRequest, run_options
+from scheduler.report import report
 from scheduler.views import ladder_view, status_view
 from worker import create_app
 from worker.control import cancel_run, resume_run
@@ -229,6 +231,9 @@ def resume(settings: Settings, run_id: int) -> None:
     turns = sum(1 for d in dispatches if d.kind == "turn")
     click.echo(f"run {run_id} resumed: {turns} turns and {len(dispatches) - turns} "
                f"verifications dispatched ({sent} sent)")
+
+
+cli.add_command(report)
 
 
 def _safe_url(url: str) -> str:

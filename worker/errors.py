@@ -7,6 +7,7 @@
     ├── InputError             a value from a user that cannot be used
     ├── NotMigrated            the database is not at the latest revision
     ├── RunNotFound            no run with that id
+    │   └── LadderNotFound     no ladder with that id
     ├── TransientError         worth retrying after a while
     │   ├── ModelUnavailable   the model provider failed, may work later
     │   │   └── RateLimited    the provider asked us to slow down
@@ -39,6 +40,10 @@ class NotMigrated(SwarmError):
 
 class RunNotFound(SwarmError):
     """No run has the requested id."""
+
+
+class LadderNotFound(RunNotFound):
+    """No ladder has the requested id."""
 
 
 class TransientError(SwarmError):

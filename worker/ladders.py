@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import insert, select
 from sqlalchemy.engine import Connection
 
-from worker.errors import InputError, RunNotFound
+from worker.errors import InputError, LadderNotFound
 from worker.profiles import get_profile
 from worker.runs import RunConfig, WaveSpec, create_run
 from worker.tables import ladders, runs
@@ -63,10 +63,10 @@ def ladder_runs(conn: Connection, ladder_id: int) -> list[dict[str, Any]]:
     """The runs of a ladder in order: id, profile, tier, status.
 
     Raises:
-        RunNotFound: no such ladder.
+        LadderNotFound: no such ladder.
     """
     if conn.execute(select(ladders.c.id).where(ladders.c.id == ladder_id)).first() is None:
-        raise RunNotFound(f"no ladder L{ladder_id}")
+        raise LadderNotFound(f"no ladder L{ladder_id}")
     rows = conn.execute(select(runs.c.id, runs.c.profile, runs.c.tier, runs.c.status)
                         .where(runs.c.ladder_id == ladder_id).order_by(runs.c.id)).all()
     return [{"run": r.id, "profile": r.profile, "tier": r.tier, "status": r.status}
