@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from celery import signals
 from celery.worker import WorkController, state
 
 from worker.app import SwarmCelery
@@ -39,6 +40,9 @@ def embedded_worker(app: SwarmCelery, *, concurrency: int) -> Iterator[WorkContr
         without_mingle=True,
         without_gossip=True,
         task_events=False,
+        # Like `celery worker`, announce readiness: what hooks worker_ready (the resource
+        # sampler) runs for the embedded worker too.
+        ready_callback=lambda consumer: signals.worker_ready.send(sender=consumer),
     )
     thread = threading.Thread(target=worker.start, name="swarm-embedded-worker", daemon=True)
     thread.start()

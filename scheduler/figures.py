@@ -38,6 +38,8 @@ RETRY_OUTCOMES = frozenset({"retries_exhausted", "poison_turn"})
 SESSIONS_ROLE = "sessions"
 #: Role of the verifier's Chromium process tree.
 BROWSER_ROLE = "browser"
+#: Idle samples, the latest before a run, whose median is the worker's baseline.
+IDLE_SAMPLES = 10
 
 _TIMES = "\N{MULTIPLICATION SIGN}"
 _TARGET_RE = re.compile(r"^\s*(?:[Ll](?P<ladder>\d+)|(?P<run>\d+))\s*$")
@@ -106,7 +108,7 @@ class Memory:
     peak_host: str | None
     peak_pid: int | None
     idle_rss_bytes: float | None
-    """Median of the peak process's untagged (idle) samples; None when it has none."""
+    """Median of the peak process's last idle (untagged) samples before the run; None without."""
     concurrent_sessions: int
     """Sessions per wave: what ran at once."""
     rss_per_session_bytes: float | None
@@ -271,9 +273,14 @@ def _memory(conn: Connection, run_id: int, concurrent: int) -> Memory:
     n_samples = conn.execute(select(func.count()).select_from(samples).where(tagged)).scalar()
     idle: float | None = None
     if peak is not None:
+        # The baseline is the worker as it idled just before this run: later idle samples
+        # already carry what earlier runs left behind in the process.
+        first = conn.execute(select(func.min(samples.c.at)).where(
+            tagged, samples.c.host == peak.host, samples.c.pid == peak.pid)).scalar()
         values = conn.execute(select(samples.c.rss_bytes).where(
             samples.c.host == peak.host, samples.c.pid == peak.pid,
-            samples.c.run_id.is_(None))).scalars().all()
+            samples.c.run_id.is_(None), samples.c.at < first)
+            .order_by(samples.c.at.desc()).limit(IDLE_SAMPLES)).scalars().all()
         idle = float(statistics.median(values)) if values else None
     added = ((peak.rss_bytes - idle) / concurrent
              if peak is not None and idle is not None and concurrent else None)

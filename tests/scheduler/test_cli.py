@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,8 @@ def test_embedded_run_needs_no_services(tmp_path: Path) -> None:
                             f"sqlite:///{tmp_path / 'swarm.db'}", "status", "--json"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert json.loads(again.stdout)["run"] == status["run"]
+    # and the embedded worker sampled itself like any worker, tagging samples with the run
+    with sqlite3.connect(tmp_path / "swarm.db") as db:
+        tagged = db.execute("SELECT count(*) FROM samples WHERE run_id = ? AND role = "
+                            "'sessions'", (status["run"],)).fetchone()[0]
+    assert tagged > 0
