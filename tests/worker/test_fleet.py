@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -135,3 +137,35 @@ def test_status_json_has_the_documented_shape(settings: Settings, engine: Engine
     assert status["tokens"]["prompt"] > status["tokens"]["cached"] > 0
 
 
+
+
+def test_a_warm_shutdown_finishes_its_turns_and_hands_the_run_on(
+        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
+    # Given a worker with turns in flight (each model call takes about a second)
+    first = start_worker()
+    run_id = _enqueue(settings, "--wave", "1x4", "--sim-latency-ms", "1000")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            leased = conn.execute(select(func.count()).select_from(sessions).where(
+                sessions.c.run_id == run_id, sessions.c.lease_owner.is_not(None))).scalar_one()
+        if leased:
+            break
+        time.sleep(0.05)  # polling the database for the state to reach, bounded above
+    assert leased, "no turn was in flight"
+    # When it is asked to stop (SIGTERM: Celery's warm shutdown)
+    assert first.proc is not None
+    pid = first.proc.pid
+    code = first.stop(signal.SIGTERM)
+    # Then it exited cleanly, holding no lease: its turns committed or were handed back
+    assert code == 0
+    with engine.connect() as conn:
+        held = conn.execute(select(func.count()).select_from(sessions).where(
+            sessions.c.lease_owner.like(f"%:{pid}"))).scalar_one()
+    assert held == 0
+    assert first.errors() == []
+    # and another worker finishes the run without a duplicated turn
+    start_worker()
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    assert status["sessions"]["succeeded"] == 4
+    assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
