@@ -8,7 +8,6 @@ second time the session is stopped.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +76,8 @@ def check_spend(config: RunConfig, spent: Spend, budget_usd: float | None) -> No
 class _Since:
     """The session's turns since the last loop warning."""
 
-    calls: list[tuple[str, ...]]
-    """Each turn's calls, each as ``name(canonical JSON args)``."""
+    calls: list[list[tuple[str, Any]]]
+    """Each turn's calls as ``(name, args)``, compared as they are (no serialised copy)."""
     progress: list[bool]
     """Whether each turn wrote the artifact or handed it off."""
     error_streak: list[str]
@@ -92,10 +91,8 @@ def _since_warning(log: list[tuple[str, dict[str, Any]]]) -> _Since:
     for kind, payload in log:
         if kind == "model":
             parts = (payload.get("content") or {}).get("parts") or ()
-            since.calls.append(tuple(
-                f"{p['function_call']['name']}("
-                f"{json.dumps(p['function_call'].get('args') or {}, sort_keys=True)})"
-                for p in parts if p.get("function_call")))
+            since.calls.append([(p["function_call"]["name"], p["function_call"].get("args") or {})
+                                for p in parts if p.get("function_call")])
             since.progress.append(False)
         elif kind == "nudge" and payload.get("reason") == LOOP_NUDGE:
             since = _Since([], [], [], since.warnings + 1)
@@ -123,7 +120,7 @@ def find_loop(log: list[tuple[str, dict[str, Any]]],
     since = _since_warning(log)
     last = since.calls[-config.loop_repeat:]
     if len(last) == config.loop_repeat and last[0] and all(c == last[0] for c in last):
-        call = last[0][0].split("(", 1)[0]
+        call = last[0][0][0]
         return Loop("repeat", (
             f"You made the same call ({call} with the same arguments) {len(last)} times in "
             "a row and got the same answer each time. Do not repeat it. "

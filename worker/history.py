@@ -35,3 +35,30 @@ def rebuild(events: Iterable[tuple[str, dict[str, Any]]]) -> list[Content]:
         else:
             contents.append(entry)
     return contents
+
+
+def elide_long_args(content: Content, *, max_chars: int) -> Content:
+    """The model content as it is stored: string arguments over ``max_chars`` replaced by a note.
+
+    A call that far over the artifact ceiling was refused anyway; kept whole, it would be
+    copied into the database and sent back with every later turn. Everything else, thought
+    signatures included, is kept as the model sent it.
+    """
+    parts = content.get("parts") or []
+    if not any(_long_args(p, max_chars) for p in parts):
+        return content
+    kept = []
+    for part in parts:
+        if _long_args(part, max_chars):
+            call = part["function_call"]
+            args = {name: f"[{len(value):,} characters not kept: over {max_chars:,}]"
+                    if isinstance(value, str) and len(value) > max_chars else value
+                    for name, value in call["args"].items()}
+            part = {**part, "function_call": {**call, "args": args}}
+        kept.append(part)
+    return {**content, "parts": kept}
+
+
+def _long_args(part: dict[str, Any], max_chars: int) -> bool:
+    args = (part.get("function_call") or {}).get("args") or {}
+    return any(isinstance(v, str) and len(v) > max_chars for v in args.values())

@@ -7,12 +7,13 @@ worker: arguments are validated before any tool runs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.engine import Connection
 
 from worker import workspace
@@ -26,6 +27,23 @@ from worker.regions import RegionNotFound, region_ids, replace_region
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 
+#: What neither PostgreSQL text nor UTF-8 can hold: NUL, and halves of surrogate pairs.
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def _storable(value: str) -> str:
+    # A regex scan reads the string where it lies: content may be megabytes.
+    found = _UNSTORABLE.search(value)
+    if found is not None:
+        raise ValueError(f"contains U+{ord(found.group()):04X} at index {found.start()}, "
+                         "which text cannot hold")
+    return value
+
+
+#: Text the workspace can store.
+Text = Annotated[str, AfterValidator(_storable)]
+
+
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -37,10 +55,10 @@ class ManageArtifact(_Args):
     """create a new artifact, edit one in place, get its content and version, or delete it."""
     name: str = Field(pattern=NAME_PATTERN)
     """File name of the artifact, e.g. dashboard.html."""
-    content: str | None = None
+    content: Text | None = None
     """For create: the whole page. For edit: the whole page, or with region_id only the new
     inside of that element."""
-    region_id: str | None = Field(default=None, min_length=1, max_length=100)
+    region_id: Text | None = Field(default=None, min_length=1, max_length=100)
     """For edit: replace only the inside of the element with this id, keeping its tag."""
     expected_version: int | None = Field(default=None, ge=1)
     """For edit and delete: the version you last saw (compare-and-swap)."""
@@ -51,7 +69,8 @@ class PlanManage(_Args):
 
     action: Literal["set", "done", "list"]
     """set replaces the plan with items, done marks item_id done, list shows the plan."""
-    items: list[str] | None = Field(default=None, min_length=1, max_length=20)
+    items: list[Annotated[Text, Field(min_length=1, max_length=500)]] | None = Field(
+        default=None, min_length=1, max_length=20)
     """For set: the plan items in order (1 to 20 short sentences)."""
     item_id: int | None = Field(default=None, ge=1)
     """For done: the number of the item to mark done (from 1)."""
@@ -60,7 +79,7 @@ class PlanManage(_Args):
 class Handoff(_Args):
     """Hand a finished artifact over for verification. Ends your work unless it fails."""
 
-    summary: str = Field(min_length=1, max_length=2000)
+    summary: Text = Field(min_length=1, max_length=2000)
     """What the artifact shows, in a sentence or two."""
     artifact_name: str = Field(pattern=NAME_PATTERN)
     """Name of the artifact to verify."""
@@ -84,8 +103,20 @@ class ToolContext:
 Handler = Callable[[Any, ToolContext], dict[str, Any]]
 
 
+#: Characters encoded at a time when measuring content, so no whole copy is ever made.
+_SIZE_CHUNK_CHARS = 64 * 1024
+
+
+def _utf8_size(content: str) -> int:
+    # Content may be far over the ceiling: encoding it whole would copy all of it once more.
+    if content.isascii():  # O(1) in CPython: one byte per character
+        return len(content)
+    return sum(len(content[i:i + _SIZE_CHUNK_CHARS].encode())
+               for i in range(0, len(content), _SIZE_CHUNK_CHARS))
+
+
 def _size(content: str, ctx: ToolContext) -> int:
-    size = len(content.encode())
+    size = _utf8_size(content)
     limit = ctx.profile.artifact_max_bytes
     if size > limit:
         raise ToolError(
@@ -161,6 +192,7 @@ def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any
     if args.expected_version != current.version:
         raise _conflict(current, args.expected_version)
     if args.region_id is not None:
+        _size(content, ctx)  # a region over the ceiling is refused before the page is copied
         try:
             content = replace_region(current.content, args.region_id, content)
         except RegionNotFound:

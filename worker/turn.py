@@ -36,6 +36,8 @@ from worker.tools import ToolContext, run_tool
 
 logger = logging.getLogger(__name__)
 
+#: A call argument longer than this many artifact ceilings is not stored whole.
+STORED_ARG_CEILINGS = 4
 #: What the agent is told when it answers without calling a tool.
 NO_CALL_NOTICE = (
     "No tool was called. Text answers are not read: publish the page with "
@@ -148,8 +150,10 @@ def _commit(rt: Runtime, claim: store.Claim, view: store.SessionView, config: Ru
             return TurnOutcome.fenced, None
         ctx = ToolContext(conn=conn, session_id=claim.session_id, turn_no=claim.turn_no,
                           profile=profile, now=now)
+        stored = history.elide_long_args(
+            answer.content, max_chars=STORED_ARG_CEILINGS * profile.artifact_max_bytes)
         items: list[tuple[str, dict[str, Any]]] = [("model", {
-            "content": answer.content, "finish_reason": answer.finish_reason})]
+            "content": stored, "finish_reason": answer.finish_reason})]
         items += _run_tools(answer, ctx)
         if not answer.calls:
             items.append(("nudge", {"reason": "no_tool_call",
