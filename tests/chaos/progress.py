@@ -1,0 +1,77 @@
+"""Watching a run from the database while faults are injected into it.
+
+Unlike :func:`scheduler.follow.until_finished`, these helpers poll with short-lived
+connections and ride out a database that is restarting, and let the caller act on every
+tick (a supervisor restarting dead workers, say).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sqlalchemy import Engine, and_, func, select
+from sqlalchemy.exc import OperationalError
+
+from worker.tables import runs, sessions, usage
+
+#: Seconds between two looks at the database.
+POLL_S = 0.1
+
+
+def turns_committed(engine: Engine, run_id: int) -> int:
+    """Usage rows of the run: one per committed turn."""
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(usage)
+                                .where(usage.c.run_id == run_id)).scalar_one())
+
+
+def turns_in_flight(engine: Engine, run_id: int) -> int:
+    """Running sessions whose turn is claimed by a live lease right now."""
+    s = sessions
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).where(
+            s.c.run_id == run_id, s.c.status == "running",
+            and_(s.c.lease_owner.is_not(None), s.c.lease_expires_at > func.now()))
+        ).scalar_one())
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
+    """Poll ``check`` until it holds.
+
+    Raises:
+        TimeoutError: it did not hold within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout_s:g}s")
+        time.sleep(POLL_S)
+
+
+def wait_for_run(engine: Engine, run_id: int, timeout_s: float,
+                 tick: Callable[[], None] | None = None) -> str:
+    """Wait until the run is over (finished, or cancelled with nothing in flight).
+
+    Database errors count as "not yet": the database may be restarting. ``tick`` runs on
+    every poll. Returns the run's final status.
+
+    Raises:
+        TimeoutError: the run was not over within ``timeout_s``.
+    """
+    status: list[str] = []
+
+    def over() -> bool:
+        if tick is not None:
+            tick()
+        try:
+            with engine.connect() as conn:
+                row = conn.execute(select(runs.c.status, runs.c.finished_at)
+                                   .where(runs.c.id == run_id)).one()
+        except OperationalError:
+            return False
+        status[:] = [row.status]
+        return row.status in ("finished", "cancelled") and row.finished_at is not None
+
+    wait_until(f"the end of run {run_id}", over, timeout_s)
+    return status[0]

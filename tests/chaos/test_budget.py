@@ -1,0 +1,60 @@
+"""Scenario 7: an explorer-heavy run with a small budget stops at the budget.
+
+A turn is refused once the run's spending plus an average turn would reach the budget,
+but turns already past that check still commit: the run may overshoot by at most the
+turns in flight, one per concurrent session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from scheduler.follow import until_finished
+from tests.chaos.checker import check_run
+from tests.chaos.conftest import RUN_TIMEOUT_S
+from tests.conftest import WorkerProcess
+from worker.settings import Settings
+from worker.tables import runs, sessions, usage
+
+pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow]
+
+#: The run's budget, in dollars: a few turns of each session of the first wave.
+BUDGET_USD = 0.10
+#: Sessions that run at once (the wave size), hence turns that may be in flight.
+WAVE_SIZE = 10
+
+
+def test_a_small_budget_stops_the_run_at_the_budget(
+        settings: Settings, engine: Engine, enqueue: Callable[..., int],
+        start_worker: Callable[..., WorkerProcess], chaos_report: Callable[..., None]) -> None:
+    # Given a 3x10 run of mostly explorers (who loop) with a budget of a few turns each
+    start_worker(concurrency=WAVE_SIZE)
+    run_id = enqueue(settings.database_url, settings.broker_url, "--wave", f"3x{WAVE_SIZE}",
+                     "--sim-latency-ms", "100", "--sim-mix", "explorer=3,diligent=1",
+                     "--budget-usd", str(BUDGET_USD))
+    # When it runs to its end
+    until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    # Then it spent the budget and no more than the turns in flight when it was reached,
+    # every session ended stopped or succeeded, and the stop is recorded on the run
+    figures = check_run(engine, run_id)
+    with engine.connect() as conn:
+        max_turn_usd = conn.execute(select(func.max(usage.c.cost_usd))
+                                    .where(usage.c.run_id == run_id)).scalar_one()
+        reason = conn.execute(select(runs.c.stop_reason).where(runs.c.id == run_id)
+                              ).scalar_one()
+        outcomes: dict[str | None, int] = dict(conn.execute(select(sessions.c.outcome, func.count())
+                                     .where(sessions.c.run_id == run_id)
+                                     .group_by(sessions.c.outcome)).all())
+    allowance = WAVE_SIZE * max_turn_usd
+    chaos_report(figures, budget_usd=BUDGET_USD, spent_usd=f"{figures.cost_usd:.4f}",
+                 overshoot_usd=f"{figures.cost_usd - BUDGET_USD:.4f}",
+                 in_flight_allowance_usd=f"{allowance:.4f}", outcomes=outcomes,
+                 stop_reason=reason)
+    assert BUDGET_USD - max_turn_usd <= figures.cost_usd <= BUDGET_USD + allowance
+    assert figures.clean, figures
+    assert figures.status_count("stopped") + figures.status_count("succeeded") == 3 * WAVE_SIZE
+    assert outcomes.get("budget", 0) > WAVE_SIZE  # all of waves 2 and 3 at least
+    assert reason is not None and reason.startswith("budget")
