@@ -152,7 +152,11 @@ class Sampler:
         self.process.cpu_percent(None)
 
     def start(self) -> None:
-        """Sample on a daemon thread until :meth:`stop`."""
+        """Sample once now (the worker idling: the baseline), then on a daemon thread."""
+        try:
+            self.sample()
+        except psutil.Error:
+            logger.warning("could not sample process %s", self.pid, exc_info=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:

@@ -19,8 +19,17 @@ from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE
 
 logger = logging.getLogger(__name__)
 
+#: Seconds to wait for the worker to consume before work is created anyway.
+READY_TIMEOUT_S = 30.0
 #: Seconds a warm shutdown may take before the worker thread is abandoned.
 SHUTDOWN_TIMEOUT_S = 30.0
+
+
+def _ready(consumer: object, ready: threading.Event) -> None:
+    # Like `celery worker`, announce readiness, so that what hooks worker_ready (the
+    # resource sampler) runs for the embedded worker too.
+    signals.worker_ready.send(sender=consumer)
+    ready.set()
 
 
 @contextmanager
@@ -29,6 +38,7 @@ def embedded_worker(app: SwarmCelery, *, concurrency: int) -> Iterator[WorkContr
     # Pool threads resolve tasks through Celery's default app, as `celery worker` sets it.
     app.set_current()
     app.set_default()
+    ready = threading.Event()
     worker = WorkController(
         app=app,
         hostname=f"embedded@{app.runtime.owner}",
@@ -40,12 +50,12 @@ def embedded_worker(app: SwarmCelery, *, concurrency: int) -> Iterator[WorkContr
         without_mingle=True,
         without_gossip=True,
         task_events=False,
-        # Like `celery worker`, announce readiness: what hooks worker_ready (the resource
-        # sampler) runs for the embedded worker too.
-        ready_callback=lambda consumer: signals.worker_ready.send(sender=consumer),
+        ready_callback=lambda consumer: _ready(consumer, ready),
     )
     thread = threading.Thread(target=worker.start, name="swarm-embedded-worker", daemon=True)
     thread.start()
+    if not ready.wait(READY_TIMEOUT_S):
+        logger.warning("embedded worker not ready after %.0fs; going on", READY_TIMEOUT_S)
     try:
         yield worker
     finally:

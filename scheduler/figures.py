@@ -279,7 +279,7 @@ def _memory(conn: Connection, run_id: int, concurrent: int) -> Memory:
             tagged, samples.c.host == peak.host, samples.c.pid == peak.pid)).scalar()
         values = conn.execute(select(samples.c.rss_bytes).where(
             samples.c.host == peak.host, samples.c.pid == peak.pid,
-            samples.c.run_id.is_(None), samples.c.at < first)
+            samples.c.role == SESSIONS_ROLE, samples.c.run_id.is_(None), samples.c.at < first)
             .order_by(samples.c.at.desc()).limit(IDLE_SAMPLES)).scalars().all()
         idle = float(statistics.median(values)) if values else None
     added = ((peak.rss_bytes - idle) / concurrent

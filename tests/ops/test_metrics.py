@@ -283,7 +283,8 @@ def test_a_worker_samples_itself_idle_and_per_run(settings: Settings, engine: En
     tagged = [r for r in rows if r.run_id == run_id]
     assert len(tagged) >= 5
     assert all(started_at <= r.at <= finished_at + timedelta(seconds=1) for r in tagged)
-    assert all(r.rss_bytes > 30 * MIB and r.threads > 2 and r.cpu_percent >= 0 for r in rows)
+    assert all(r.rss_bytes > 30 * MIB and r.threads >= 1 and r.cpu_percent >= 0 for r in rows)
+    assert all(r.threads > 2 for r in tagged)  # the pool's threads run the turns
     assert any(r.cpu_percent > 0 for r in tagged)
     # one row per tick (one run in flight), one sampler in the process
     assert len({r.at for r in rows}) == len(rows)
