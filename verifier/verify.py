@@ -34,7 +34,9 @@ def shared_browser(settings: Settings) -> Browser | None:
         raise ConfigError(f"Chromium not found at {settings.chromium_path}")
     with _lock:
         if not use_browser:
-            if not _warned_static:
+            # Static checks were asked for, or chosen because Chromium is missing: only the
+            # second is worth a warning.
+            if settings.verifier == "auto" and not _warned_static:
                 logger.warning("Chromium not found at %s: artifacts are judged by static "
                                "checks only", settings.chromium_path)
                 _warned_static = True
