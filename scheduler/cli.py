@@ -16,12 +16,13 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from scheduler.embedded import embedded_worker
+from scheduler.figures import Target
 from scheduler.follow import until_finished
 from scheduler.options import LadderRequest, RunRequest, run_options
 from scheduler.report import report
 from scheduler.views import ladder_view, status_view
 from worker import create_app
-from worker.control import cancel_run, resume_run
+from worker.control import cancel_ladder, cancel_run, resume_run
 from worker.db import make_engine, migrate, require_migrated, utcnow
 from worker.errors import SwarmError
 from worker.providers import GEMINI_PREFIX, Providers
@@ -200,18 +201,24 @@ def status(settings: Settings, run_id: int | None, with_sessions: bool, as_json:
 
 
 @cli.command()
-@click.argument("run_id", type=int)
+@click.argument("run_or_ladder")
 @click.pass_obj
-def cancel(settings: Settings, run_id: int) -> None:
-    """Cancel a run: no new turn or wave starts; turns in flight finish and are recorded."""
+def cancel(settings: Settings, run_or_ladder: str) -> None:
+    """Cancel a run (12) or a ladder (L3): no new turn, wave or tier starts; turns in flight
+    finish and are recorded."""
+    target = Target.parse(run_or_ladder)
     engine = make_engine(settings)
     try:
         require_migrated(engine)
         with engine.begin() as conn:
-            done = cancel_run(conn, run_id=run_id, now=utcnow())
+            if target.kind == "ladder":
+                done = cancel_ladder(conn, ladder_id=target.id, now=utcnow())
+            else:
+                done = cancel_run(conn, run_id=target.id, now=utcnow())
     finally:
         engine.dispose()
-    click.echo(f"run {run_id} cancelled: {done.ended} sessions ended now, {done.in_flight} "
+    what = f"ladder {target}" if target.kind == "ladder" else f"run {target}"
+    click.echo(f"{what} cancelled: {done.ended} sessions ended now, {done.in_flight} "
                "end after the turn they have in flight")
 
 

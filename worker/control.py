@@ -1,4 +1,4 @@
-"""A user's hand on a run: cancel it, or resume what has not ended."""
+"""A user's hand on a run: cancel it (or a whole ladder), or resume what has not ended."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
 from worker import store
-from worker.errors import InputError, RunNotFound
-from worker.tables import RunStatus, SessionStatus, runs, sessions
+from worker.errors import InputError, LadderNotFound, RunNotFound
+from worker.tables import RunStatus, SessionStatus, ladders, runs, sessions
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,28 @@ def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
                                now=now, outcome="cancelled", error="the run was cancelled"):
             ended += 1
     return Cancelled(ended, in_flight)
+
+
+def cancel_ladder(conn: Connection, *, ladder_id: int, now: datetime) -> Cancelled:
+    """Cancel a ladder: its running run as :func:`cancel_run` does, and every run to come.
+
+    Raises:
+        LadderNotFound: no such ladder.
+        InputError: the ladder has already finished.
+    """
+    status = conn.execute(select(ladders.c.status).where(ladders.c.id == ladder_id)).scalar()
+    if status is None:
+        raise LadderNotFound(f"no ladder L{ladder_id}")
+    if status == RunStatus.finished.value:
+        raise InputError(f"ladder L{ladder_id} has already finished")
+    conn.execute(update(ladders).where(ladders.c.id == ladder_id)
+                 .values(status=RunStatus.cancelled.value))
+    open_runs = conn.execute(select(runs.c.id).where(
+        runs.c.ladder_id == ladder_id,
+        runs.c.status.in_([RunStatus.pending.value, RunStatus.running.value]))
+        .order_by(runs.c.id)).scalars().all()
+    done = [cancel_run(conn, run_id=run_id, now=now) for run_id in open_runs]
+    return Cancelled(sum(d.ended for d in done), sum(d.in_flight for d in done))
 
 
 def resume_run(conn: Connection, *, run_id: int, now: datetime) -> list[store.Dispatch]:

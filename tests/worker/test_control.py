@@ -15,10 +15,12 @@ from tests.conftest import WorkerProcess
 from tests.factories import ScriptedModel, call, make_run, model_turn
 from worker.control import cancel_run, resume_run
 from worker.errors import InputError
+from worker.ladders import create_ladder
+from worker.runs import RunConfig
 from worker.runtime import Runtime
 from worker.settings import Settings
-from worker.store import claim_turn
-from worker.tables import runs, sessions
+from worker.store import claim_turn, take_outbox
+from worker.tables import ladders, runs, sessions
 from worker.turn import run_turn
 
 pytestmark = pytest.mark.services
@@ -112,3 +114,28 @@ def test_cancel_from_the_cli(settings: Settings, runtime: Runtime) -> None:
     assert "3 sessions ended now, 0 end after" in result.output
     status = until_finished(runtime.engine, run_id, show=False, timeout_s=10)
     assert status["sessions"]["cancelled"] == 3
+
+
+def test_cancelling_a_ladder_stops_its_run_and_every_tier_to_come(
+        settings: Settings, runtime: Runtime) -> None:
+    # Given a ladder whose first tier is running and whose second has not started
+    with runtime.engine.begin() as conn:
+        ladder_id, run_ids = create_ladder(
+            conn, model="sim", tiers=("2", "1x3"), profiles=("candidate",),
+            config=RunConfig(waves="2", sim_latency_ms=0), now=runtime.clock())
+        take_outbox(conn, now=runtime.clock())
+    # When it is cancelled from the CLI
+    result = CliRunner().invoke(cli, ["--database-url", settings.database_url, "cancel",
+                                      f"L{ladder_id}"])
+    # Then every session of both runs ended, and neither the ladder nor a run goes on
+    assert result.exit_code == 0, result.output
+    assert f"ladder L{ladder_id} cancelled: 5 sessions ended now, 0 end after" in result.output
+    for run_id in run_ids:
+        assert set(_states(runtime, run_id).values()) == {("cancelled", "cancelled")}
+        run = _run(runtime, run_id)
+        assert run.status == "cancelled" and run.finished_at is not None
+    with runtime.engine.connect() as conn:
+        assert conn.execute(select(ladders.c.status).where(ladders.c.id == ladder_id)
+                            ).scalar() == "cancelled"
+        assert conn.execute(select(runs.c.started_at).where(runs.c.id == run_ids[1])
+                            ).scalar() is None
