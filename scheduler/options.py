@@ -104,7 +104,7 @@ def run_options(*, ladder: bool = False) -> Callable[[Callable[..., Any]], Calla
 
 #: Options that become :class:`RunConfig` fields as they are.
 _CONFIG_FIELDS = ("max_turns", "max_tokens", "max_cost_usd", "repair_rounds", "sim_latency_ms",
-                  "sim_flaw_rate")
+                  "sim_flaw_rate", "cache")
 
 
 def _run_only_options() -> list[Callable[..., Any]]:
@@ -131,6 +131,9 @@ def _shared_options() -> list[Callable[..., Any]]:
         click.option("--model", default="sim", show_default=True,
                      help="'sim' (the offline stand-in) or a Gemini model, e.g. "
                           "gemini-3-flash-preview."),
+        click.option("--cache", type=click.Choice(["implicit", "explicit"]), default="implicit",
+                     show_default=True, help="Gemini context caching: the API's implicit cache, "
+                     "or one explicit cache of the run's prompt prefix."),
         click.option("--seed", type=int, default=None,
                      help="Seed of briefs and sim behaviour [default: random]."),
         click.option("--max-turns", type=click.IntRange(min=1), default=40,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 
 from worker.errors import ModelFatal, ModelUnavailable, RateLimited, SwarmError
 from worker.limiter import Limiter, LimiterUnavailable, Outcome, Permit
-from worker.model import ModelRequest, ModelTurn, TokenUsage, calls_of
+from worker.model import ModelRequest, ModelTurn, TokenUsage, ToolSpec, calls_of
 
 logger = logging.getLogger(__name__)
 
@@ -88,14 +89,19 @@ class GeminiModel:
 
     def config(self, request: ModelRequest) -> types.GenerateContentConfig:
         """The request's configuration: tools, tool mode and thinking."""
+        if request.cached_content:
+            # The cache holds system instruction, tools and tool config; the API refuses
+            # a request that repeats them.
+            return types.GenerateContentConfig(
+                cached_content=request.cached_content,
+                automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+                automatic_continuation=False,
+                thinking_config=thinking_for(request.model, level=self.thinking_level,
+                                             budget=self.thinking_budget))
         return types.GenerateContentConfig(
             system_instruction=request.system_instruction,
-            tools=[types.Tool(function_declarations=[
-                types.FunctionDeclaration(name=t.name, description=t.description,
-                                          parameters_json_schema=t.parameters)
-                for t in request.tools])],
-            tool_config=types.ToolConfig(function_calling_config=types.FunctionCallingConfig(
-                mode=types.FunctionCallingConfigMode(request.tool_mode))),
+            tools=[*declarations(request.tools)],
+            tool_config=tool_config(request.tool_mode),
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             automatic_continuation=False,
             thinking_config=thinking_for(request.model, level=self.thinking_level,
@@ -142,6 +148,69 @@ class GeminiModel:
             except LimiterUnavailable:
                 logger.warning("could not pause %s fleet-wide", model, exc_info=True)
             logger.warning("%s paused fleet-wide until %s: %s", model, until.isoformat(), error)
+
+
+def declarations(tools: tuple[ToolSpec, ...]) -> list[types.Tool]:
+    """The tools as the API declares them, schemas taken as generated."""
+    return [types.Tool(function_declarations=[
+        types.FunctionDeclaration(name=t.name, description=t.description,
+                                  parameters_json_schema=t.parameters) for t in tools])]
+
+
+def tool_config(mode: str) -> types.ToolConfig:
+    """The function-calling mode (AUTO, ANY, NONE)."""
+    return types.ToolConfig(function_calling_config=types.FunctionCallingConfig(
+        mode=types.FunctionCallingConfigMode(mode)))
+
+
+@dataclass(frozen=True)
+class CachedPrefix:
+    """An explicit cache the API created: its name, size and end of life."""
+
+    name: str
+    tokens: int
+    expires_at: datetime | None
+
+
+def create_cache(client: genai.Client, *, model: str, system_instruction: str,
+                 tools: tuple[ToolSpec, ...], tool_mode: str, ttl_s: float,
+                 display_name: str) -> CachedPrefix:
+    """Cache a run's stable prefix (system instruction, tools, tool config).
+
+    Raises:
+        ModelUnavailable: a transient failure (retried by the caller).
+        ModelFatal: the API refused it (a prefix below the model's minimum, say).
+    """
+    try:
+        cache = client.caches.create(model=model, config=types.CreateCachedContentConfig(
+            system_instruction=system_instruction, tools=declarations(tools),
+            tool_config=tool_config(tool_mode), ttl=f"{int(ttl_s)}s",
+            display_name=display_name))
+    except Exception as exc:
+        error = classify(exc)
+        if error is None:
+            raise
+        raise error from exc
+    if not cache.name:
+        raise ModelFatal("the API created a cache without a name")
+    meta = cache.usage_metadata
+    return CachedPrefix(cache.name, (meta.total_token_count or 0) if meta else 0,
+                        cache.expire_time)
+
+
+def delete_cache(client: genai.Client, name: str) -> None:
+    """Delete an explicit cache.
+
+    Raises:
+        SwarmError: the classified failure.
+    """
+    try:
+        client.caches.delete(name=name)
+    except Exception as exc:
+        error = classify(exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def estimate_tokens(request: ModelRequest) -> int:

@@ -63,6 +63,9 @@ class ModelRequest:
     history: tuple[Content, ...]
     tool_mode: str = "AUTO"
     """Function-calling mode: AUTO, ANY or NONE."""
+    cached_content: str | None = None
+    """An explicit cache holding the system instruction and tools, which the request then
+    leaves out."""
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ import redis
 from google import genai
 
 from worker.errors import ConfigError
-from worker.gemini import GeminiModel, make_client
+from worker.gemini import CachedPrefix, GeminiModel, create_cache, delete_cache, make_client
 from worker.limiter import LimitConfig, Limiter, LimiterUnavailable, LocalLimiter
 from worker.limiter_redis import RedisLimiter
-from worker.model import Model
+from worker.model import Model, ToolSpec
 from worker.pricing import PriceTable
 from worker.runs import RunConfig
 from worker.settings import Settings
@@ -97,6 +97,17 @@ class Providers:
                                           socket_connect_timeout=5)
             return RedisLimiter(client, config, prefix=s.limiter_prefix)
         return LocalLimiter(config)
+
+    def create_cache(self, *, model: str, system_instruction: str, tools: tuple[ToolSpec, ...],
+                     tool_mode: str, display_name: str) -> CachedPrefix:
+        """Cache a run's stable prefix at the Gemini API (:func:`worker.gemini.create_cache`)."""
+        return create_cache(self.client, model=model, system_instruction=system_instruction,
+                            tools=tools, tool_mode=tool_mode, ttl_s=self.settings.cache_ttl_s,
+                            display_name=display_name)
+
+    def delete_cache(self, name: str) -> None:
+        """Delete an explicit cache at the Gemini API."""
+        delete_cache(self.client, name)
 
     def limiter_status(self, model: str) -> dict[str, Any]:
         """The fleet limiter's state for ``model``, JSON-ready (for ``status``)."""

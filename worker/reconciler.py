@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from worker import store
+from worker import caches, store
 from worker.runtime import Runtime
 from worker.tables import SessionStatus, sessions
 
@@ -52,7 +52,9 @@ def reconcile_once(rt: Runtime) -> int:
             dispatches.append(store.Dispatch(row.id, "turn", row.next_turn))
     if dispatches:
         logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
-    return rt.send_all(dispatches)
+    sent = rt.send_all(dispatches)
+    caches.drop_ended(rt)
+    return sent
 
 
 class ReconcilerThread(threading.Thread):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import insert
@@ -86,6 +87,9 @@ class RunConfig(BaseModel):
     """Weights of sim personas."""
     sim_flaw_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     """Share of sim sessions whose first draft has a defect."""
+    cache: Literal["implicit", "explicit"] = "implicit"
+    """Gemini context caching: the API's implicit cache, or one explicit cache per run
+    holding the stable prefix (system instruction and tools)."""
 
     @field_validator("sim_mix")
     @classmethod

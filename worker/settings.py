@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     """Redis key prefix of the limiter's state (fleets sharing one Redis need their own)."""
     limiter_wait_s: float = Field(default=10.0, ge=0)
     """How long a turn waits for the limiter before it is handed back and retried."""
+    cache_ttl_s: float = Field(default=3 * 3600.0, gt=0)
+    """Lifetime of a run's explicit context cache (it is deleted when the run ends)."""
     prices_file: Path | None = None
     """JSON file of prices laid over the built-in table (``{model: {input_per_m, ...}}``)."""
 

@@ -322,6 +322,21 @@ class Sample(Base):
     threads: Mapped[int] = mapped_column(Integer)
 
 
+class Cache(Base):
+    """A run's explicit context cache at the provider: its stable prefix, created once."""
+
+    __tablename__ = "caches"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    model: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(256))
+    """The provider's name for it (``cachedContents/...``)."""
+    tokens: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _ts(nullable=False)
+    expires_at: Mapped[datetime | None] = _ts()
+    deleted_at: Mapped[datetime | None] = _ts()
+
+
 class Outbox(Base):
     """Work the database decided on and a worker must still dispatch (a wave start)."""
 
@@ -350,6 +365,7 @@ artifact_versions = _table(ArtifactVersion)
 plans = _table(PlanItem)
 usage = _table(Usage)
 verifications = _table(Verification)
+caches = _table(Cache)
 ladders = _table(Ladder)
 samples = _table(Sample)
 outbox = _table(Outbox)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import timedelta
 from enum import Enum
 from typing import Any, NoReturn
 
 from sqlalchemy import update
 
-from worker import guards, history, store
+from worker import caches, guards, history, store
 from worker.errors import (
     ConfigError,
     LimitExceeded,
@@ -29,6 +30,7 @@ from worker.limiter import ModelPaused, Throttled
 from worker.model import Model, ModelRequest, ModelTurn
 from worker.profiles import get_profile
 from worker.prompt import build_prefix, user_text
+from worker.providers import GEMINI_PREFIX
 from worker.runs import RunConfig
 from worker.runtime import Runtime
 from worker.tables import RunStatus, SessionStatus, runs, sessions
@@ -113,6 +115,10 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
                            tool_mode=profile.tool_mode)
     called = time.monotonic()
     try:
+        if config.cache == "explicit" and view.model.startswith(GEMINI_PREFIX):
+            request = replace(request, cached_content=caches.ensure_cache(
+                rt, run_id=view.run_id, model=view.model, prefix=prefix,
+                tool_mode=profile.tool_mode))
         answer = (model or rt.providers.model_for(view)).generate(request)
     except ModelPaused as exc:
         return _end(rt, claim, SessionStatus.stopped, outcome="quota", error=str(exc))

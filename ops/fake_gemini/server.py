@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ops.fake_gemini import wire
+from ops.fake_gemini.caches import PREFIX_FIELDS, CacheStore, body_field
 from ops.fake_gemini.faults import (
     FAULT_HEADER,
     Fault,
@@ -37,6 +38,8 @@ from worker.sim import MIN_CACHED_TOKENS, SimModel, flaw_for, persona_for
 logger = logging.getLogger(__name__)
 
 _PATH = re.compile(r"^/(v1|v1beta)/models/([A-Za-z0-9._-]+):generateContent$")
+_CACHES = re.compile(r"^/(v1|v1beta)/cachedContents$")
+_CACHE = re.compile(r"^/(v1|v1beta)/(cachedContents/[A-Za-z0-9_-]+)$")
 #: Prefix hashes remembered for implicit caching.
 _SEEN_LIMIT = 200_000
 
@@ -66,6 +69,8 @@ class Served:
     fault: str | None
     key_sha256: str
     """SHA-256 of the API key the request carried: proof of the key, not the key."""
+    cache: str | None = None
+    """The explicit cache the request used, if any."""
 
 
 class FakeGemini:
@@ -82,6 +87,7 @@ class FakeGemini:
                  faults: list[FaultRule] | None = None, hang_s: float = 600.0) -> None:
         self.sim = sim or SimConfig()
         self.faults = FaultPlan(faults, seed=self.sim.seed)
+        self.caches = CacheStore()
         self.hang_s = hang_s
         self._secret = hashlib.sha256(f"fake-gemini:{self.sim.seed}".encode()).digest()
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -133,7 +139,18 @@ class FakeGemini:
     def answer(self, model: str, body: Any, *, api_key: str,
                forced: str | None = None) -> tuple[int, Any, Fault | None]:
         """Status, JSON body and the fault injected, for one ``generateContent``."""
+        cache_name = body_field(body, "cachedContent") if isinstance(body, dict) else None
+        cache = self.caches.get(cache_name) if cache_name else None
+        if cache_name and cache is None:
+            return 404, wire.error_body(404, "NOT_FOUND",
+                                        f"CachedContent not found: {cache_name}"), None
         try:
+            if cache is not None:
+                if any(body_field(body, f) is not None for f in PREFIX_FIELDS):
+                    raise wire.BadRequest(
+                        "CachedContent can not be used with GenerateContent request setting "
+                        "system_instruction, tools or tool_config.")
+                body = {**body, **cache["prefix"]}
             parsed = wire.parse(model, body)
         except wire.BadRequest as exc:
             return 400, wire.error_body(400, "INVALID_ARGUMENT", str(exc)), None
@@ -141,16 +158,17 @@ class FakeGemini:
         turn = sum(1 for c in parsed.contents if c.role == "model")
         missing = self._unsigned(parsed)
         rule = None if missing else self.faults.pick(forced)
-        status, out = self._respond(parsed, key, turn, rule, missing)
+        status, out = self._respond(parsed, key, turn, rule, missing,
+                                    cache["tokens"] if cache else 0)
         with self._lock:
             self._served.append(Served(
                 time.monotonic(), model, key[:12], turn, status,
                 rule.fault.value if rule else None,
-                hashlib.sha256(api_key.encode()).hexdigest()))
+                hashlib.sha256(api_key.encode()).hexdigest(), cache_name or None))
         return status, out, rule.fault if rule else None
 
     def _respond(self, parsed: wire.Parsed, key: str, turn: int, rule: FaultRule | None,
-                 missing: str | None) -> tuple[int, Any]:
+                 missing: str | None, cached_tokens: int) -> tuple[int, Any]:
         model = parsed.request.model
         if missing:
             return 400, wire.error_body(400, "INVALID_ARGUMENT", missing)
@@ -159,7 +177,7 @@ class FakeGemini:
         if rule is not None and rule.fault in (Fault.internal, Fault.unavailable,
                                                Fault.exhausted):
             return server_error_body(rule.fault)
-        usage_in = self._prompt_usage(parsed)
+        usage_in = self._prompt_usage(parsed, cached_tokens)
         if rule is not None and rule.fault is Fault.malformed:
             return 200, wire.response_body(None, finish_reason="MALFORMED_FUNCTION_CALL",
                                            usage=usage_in, model=model)
@@ -202,7 +220,7 @@ class FakeGemini:
                 return f"Function call {name} carries a thought_signature this API never issued."
         return None
 
-    def _prompt_usage(self, parsed: wire.Parsed) -> TokenUsage:
+    def _prompt_usage(self, parsed: wire.Parsed, explicit_tokens: int = 0) -> TokenUsage:
         hashes = wire.prefix_hashes(parsed)
         with self._lock:
             cached = max((size for digest, size in hashes if digest in self._seen), default=0)
@@ -212,8 +230,9 @@ class FakeGemini:
             while len(self._seen) > _SEEN_LIMIT:
                 self._seen.popitem(last=False)
         prompt = hashes[-1][1]
-        return TokenUsage(prompt_tokens=prompt,
-                          cached_tokens=cached if cached >= MIN_CACHED_TOKENS else 0)
+        implicit = cached if cached >= MIN_CACHED_TOKENS else 0
+        # An explicit cache is always served from cache, whatever its size.
+        return TokenUsage(prompt_tokens=prompt, cached_tokens=max(implicit, explicit_tokens))
 
 
 def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
@@ -236,20 +255,24 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
             if self.path == "/_fake/faults":
                 self._set_faults(raw)
                 return
-            match = _PATH.match(self.path.split("?", 1)[0])
-            if match is None:
+            path = self.path.split("?", 1)[0]
+            match = _PATH.match(path)
+            if match is None and not _CACHES.match(path):
                 self._json(404, wire.error_body(404, "NOT_FOUND", f"no route {self.path}"))
                 return
-            query = parse_qs(urlsplit(self.path).query)
-            api_key = self.headers.get("x-goog-api-key") or query.get("key", [""])[0]
+            api_key = self._api_key()
             if not api_key:
-                self._json(403, wire.error_body(
-                    403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."))
                 return
             try:
                 body = json.loads(raw)
             except ValueError as exc:
                 self._json(400, wire.error_body(400, "INVALID_ARGUMENT", f"bad JSON: {exc}"))
+                return
+            if match is None:
+                try:
+                    self._json(200, fake.caches.create(body))
+                except wire.BadRequest as exc:
+                    self._json(400, wire.error_body(400, "INVALID_ARGUMENT", str(exc)))
                 return
             status, out, fault = fake.answer(match.group(2), body, api_key=api_key,
                                              forced=self.headers.get(FAULT_HEADER))
@@ -258,6 +281,26 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             self._json(status, out, truncate=fault is Fault.truncate)
+
+        def do_DELETE(self) -> None:
+            match = _CACHE.match(self.path.split("?", 1)[0])
+            if match is None:
+                self._json(404, wire.error_body(404, "NOT_FOUND", f"no route {self.path}"))
+            elif self._api_key():
+                if fake.caches.delete(match.group(2)):
+                    self._json(200, {})
+                else:
+                    self._json(404, wire.error_body(404, "NOT_FOUND",
+                                                    f"CachedContent not found: {match.group(2)}"))
+
+        def _api_key(self) -> str:
+            """The request's API key; answers 403 and returns '' when there is none."""
+            query = parse_qs(urlsplit(self.path).query)
+            api_key = self.headers.get("x-goog-api-key") or query.get("key", [""])[0]
+            if not api_key:
+                self._json(403, wire.error_body(
+                    403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."))
+            return api_key
 
         def _set_faults(self, raw: bytes) -> None:
             try:

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
+from google.genai import errors, types
 
 from ops.fake_gemini import FakeGemini, Fault, FaultRule
 from worker.errors import ModelFatal, ModelUnavailable, RateLimited
-from worker.gemini import GeminiModel, make_client, thinking_for
+from worker.gemini import (
+    GeminiModel,
+    create_cache,
+    delete_cache,
+    make_client,
+    thinking_for,
+)
 from worker.limiter import LimitConfig, LocalLimiter, ModelPaused
 from worker.model import ModelRequest
 from worker.profiles import get_profile
@@ -144,3 +152,29 @@ def test_thinking_is_a_level_for_gemini_3_and_a_budget_for_2_5() -> None:
     two = thinking_for("gemini-2.5-flash", level="low", budget=512)
     assert (three.thinking_level, three.thinking_budget) == ("LOW", None)
     assert (two.thinking_level, two.thinking_budget) == (None, 512)
+
+
+def test_an_explicit_cache_carries_the_prefix(fake_gemini: Callable[..., FakeGemini]) -> None:
+    # Given the run's prefix cached at the API
+    fake = fake_gemini()
+    model = _model(fake)
+    plain = _request()
+    cached = create_cache(model.client, model=MODEL, system_instruction=plain.system_instruction,
+                          tools=plain.tools, tool_mode="AUTO", ttl_s=600, display_name="run 1")
+    assert cached.name.startswith("cachedContents/") and cached.tokens > 0
+    # When a turn names it instead of sending the prefix
+    turn = model.generate(replace(plain, cached_content=cached.name))
+    # Then the API answered from it, counting the cached prefix as cached input
+    assert [s.cache for s in fake.served] == [cached.name]
+    assert turn.calls and turn.usage.cached_tokens >= cached.tokens
+    # and a request that repeats the prefix beside the cache is refused, as the API does
+    with pytest.raises(errors.ClientError, match="CachedContent can not be used"):
+        model.client.models.generate_content(
+            model=MODEL, contents=[types.Content.model_validate(c) for c in plain.history],
+            config=types.GenerateContentConfig(cached_content=cached.name,
+                                               system_instruction="again"))
+    # and once deleted it is gone
+    delete_cache(model.client, cached.name)
+    assert (fake.caches.created, fake.caches.deleted, len(fake.caches)) == (1, 1, 0)
+    with pytest.raises(ModelFatal, match="not found"):
+        model.generate(replace(plain, cached_content=cached.name))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import time
 from collections.abc import Callable
 
 import pytest
@@ -19,7 +20,7 @@ from tests.conftest import WorkerProcess
 from tests.factories import duplicates
 from worker.pricing import PriceTable
 from worker.settings import Settings
-from worker.tables import sessions, usage
+from worker.tables import caches, sessions, usage
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -172,3 +173,33 @@ def test_the_api_key_never_leaks(
         kind = client.type(key)
         value = client.dump(key) or b""
         assert canary.encode() not in key + value, (key, kind)
+
+
+def test_an_explicit_cache_serves_the_run_and_goes_with_it(
+        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess],
+        fake_gemini: Callable[..., FakeGemini]) -> None:
+    # Given a worker and the fake API
+    fake = fake_gemini()
+    _worker(start_worker, fake)
+    # When a 2x3 run asks for an explicit cache of its prefix
+    run_id = _enqueue(settings, "--wave", "2x3", "--cache", "explicit")
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    # Then one cache was created for the whole run and named by every request, which
+    # therefore left the prefix out (the API refuses both at once)
+    assert status["sessions"]["succeeded"] == 6, _outcomes(engine, run_id)
+    assert fake.caches.created == 1
+    names = {s.cache for s in fake.served}
+    assert len(names) == 1 and None not in names
+    assert {s.status for s in fake.served} == {200}
+    with engine.connect() as conn:
+        row = conn.execute(select(caches).where(caches.c.run_id == run_id)).one()
+    assert row.name in names and row.tokens > 0
+    # and once the run has ended a reconciler pass deletes it
+    deadline = time.monotonic() + 30
+    while fake.caches.deleted == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)  # bounded wait for the next reconciler pass (every 0.5 s here)
+    assert (fake.caches.deleted, len(fake.caches)) == (1, 0)
+    with engine.connect() as conn:
+        assert conn.execute(select(caches.c.deleted_at).where(caches.c.run_id == run_id)
+                            ).scalar() is not None
+    assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}

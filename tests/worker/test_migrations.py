@@ -16,7 +16,7 @@ from worker.settings import Settings
 from worker.tables import metadata
 
 EXPECTED = {"runs", "waves", "sessions", "events", "artifacts", "artifact_versions", "plans",
-            "usage", "verifications", "samples", "outbox", "ladders"}
+            "usage", "verifications", "samples", "outbox", "ladders", "caches"}
 
 
 def _tables(url: str) -> set[str]:
