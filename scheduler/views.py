@@ -38,6 +38,10 @@ def status_view(status: dict[str, Any]) -> Group:
     summary.add_row("turns / cost", f"{status['turns']} turns, ${status['cost_usd']:.4f}")
     if status["elapsed_s"] is not None:
         summary.add_row("elapsed", f"{status['elapsed_s']:.1f} s")
+    if status.get("stop_reason"):
+        summary.add_row("stopped", status["stop_reason"])
+    if status.get("ladder") is not None:
+        summary.add_row("ladder", f"L{status['ladder']}, tier {status['tier']}")
     if "limiter" in status:
         summary.add_row("limiter", _limiter(status["limiter"]))
     waves = Table("wave", "size", "status", "done", "started", "finished", box=None)
