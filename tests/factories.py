@@ -12,6 +12,7 @@ from worker.db import utcnow
 from worker.model import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
 from worker.runs import RunConfig, create_run
 from worker.runtime import Runtime
+from worker.settings import Settings
 from worker.store import take_outbox
 from worker.tables import artifact_versions, artifacts, events, sessions, usage
 
@@ -32,6 +33,19 @@ def make_run(engine: Engine, *, waves: str = "1x1", model: str = "sim", start: b
         ids = conn.execute(select(sessions.c.id).where(sessions.c.run_id == run_id)
                            .order_by(sessions.c.index)).scalars().all()
     return run_id, list(ids)
+
+
+def enqueue(settings: Settings, *args: str, model: str = "sim", seed: int = 7) -> int:
+    """Run ``scheduler enqueue`` in-process against the test services; returns the run id."""
+    from click.testing import CliRunner
+
+    from scheduler.cli import cli
+
+    result = CliRunner().invoke(cli, [
+        "--database-url", settings.database_url, "--broker-url", settings.broker_url,
+        "enqueue", "--model", model, "--seed", str(seed), *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return int(result.output.split()[1].rstrip(":"))
 
 
 def call(tool: str, /, **args: Any) -> FunctionCall:

@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine, select
 
-from scheduler.cli import cli
 from scheduler.follow import until_finished
 from tests.conftest import ROOT, WorkerProcess, service_env
+from tests.factories import enqueue
 from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
 from verifier.png import png_is_blank
 from worker.settings import Settings
@@ -181,13 +180,6 @@ class Fleet:
 
 
 
-def _enqueue(settings: Settings, *args: str) -> int:
-    result = CliRunner().invoke(cli, [
-        "--database-url", settings.database_url, "--broker-url", settings.broker_url,
-        "enqueue", "--model", "sim", "--seed", "11", *args], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return int(result.output.split()[1].rstrip(":"))
-
 
 def _worker_name(worker: WorkerProcess) -> str:
     for line in worker.log:
@@ -213,7 +205,7 @@ def fleet(settings: Settings, engine: Engine,
         _until(lambda: _get_json(flower.url + WORKERS_STATUS, credentials).get(worker_name),
                timeout_s=FLOWER_CATCH_UP_TIMEOUT_S,
                what=lambda: f"Flower saw {worker_name} alive")
-        run_id = _enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "50")
+        run_id = enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "50", seed=11)
         status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
         assert status["sessions"]["succeeded"] == 2, status
         with engine.connect() as conn:

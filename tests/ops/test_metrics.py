@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 import psutil
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import Engine, Row, func, select
 
 from ops.metrics import (
@@ -29,10 +28,9 @@ from ops.metrics import (
     start_sampler,
     stop_sampler,
 )
-from scheduler.cli import cli
 from scheduler.follow import until_finished
 from tests.conftest import WorkerProcess
-from tests.factories import make_run
+from tests.factories import enqueue, make_run
 from worker import create_app
 from worker.db import make_engine, utcnow
 from worker.settings import Settings
@@ -75,13 +73,6 @@ def _count(engine: Engine, pids: Sequence[int]) -> int:
         return int(conn.execute(select(func.count()).select_from(samples)
                                 .where(samples.c.pid.in_(pids))).scalar_one())
 
-
-def _enqueue(settings: Settings, *args: str) -> int:
-    result = CliRunner().invoke(cli, [
-        "--database-url", settings.database_url, "--broker-url", settings.broker_url,
-        "enqueue", "--model", "sim", "--seed", "7", *args], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return int(result.output.split()[1].rstrip(":"))
 
 
 def _assert_one_sampler_per_process(rows: Sequence[Row[Any]]) -> None:
@@ -264,7 +255,7 @@ def test_a_worker_samples_itself_idle_and_per_run(settings: Settings, engine: En
     _eventually(lambda: _rows(engine, [pid]), "idle samples")
     enqueued_at = utcnow()
     # When a small run goes through it
-    run_id = _enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "300")
+    run_id = enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "300")
     status = until_finished(engine, run_id, show=False, timeout_s=TIMEOUT_S)
     assert status["sessions"]["succeeded"] == 2
     with engine.connect() as conn:
@@ -335,7 +326,7 @@ def test_shutdown_writes_the_samples_still_buffered(settings: Settings, engine: 
     assert worker.proc is not None
     pid = worker.proc.pid
     # and that has run a small run without writing a sample yet
-    run_id = _enqueue(settings, "--wave", "1x1", "--sim-latency-ms", "100")
+    run_id = enqueue(settings, "--wave", "1x1", "--sim-latency-ms", "100")
     until_finished(engine, run_id, show=False, timeout_s=TIMEOUT_S)
     assert _count(engine, [pid]) == 0
     stopped_at = utcnow()

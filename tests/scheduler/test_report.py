@@ -20,7 +20,7 @@ from scheduler.cli import cli
 from scheduler.figures import Target
 from scheduler.follow import until_finished
 from tests.conftest import WorkerProcess
-from tests.factories import make_run
+from tests.factories import enqueue, make_run
 from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
 from verifier.png import png_is_blank
 from worker.db import utcnow
@@ -48,13 +48,6 @@ def report_json(settings: Settings, target: str) -> dict[str, Any]:
     assert result.exit_code == 0, result.output
     return dict(json.loads(result.stdout))
 
-
-def enqueue(settings: Settings, *args: str) -> int:
-    result = CliRunner().invoke(cli, [
-        "--database-url", settings.database_url, "--broker-url", settings.broker_url,
-        "enqueue", "--model", "sim", "--seed", "11", *args], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return int(result.output.split()[1].rstrip(":"))
 
 
 def sample(run_id: int | None, pid: int, role: str, rss_mib: float, at: datetime) -> dict[str, Any]:
@@ -155,7 +148,7 @@ def test_real_run_figures(settings: Settings, engine: Engine,
     # Given a finished 2x2 sim run on a real worker, and samples with known values
     start_worker()
     run_id = enqueue(settings, "--wave", "2x2", "--sim-latency-ms", "50",
-                     "--sim-mix", "diligent=3,sloppy=1")
+                     "--sim-mix", "diligent=3,sloppy=1", seed=11)
     until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     add_samples(engine, run_id)
     with engine.connect() as conn:
@@ -333,7 +326,7 @@ def test_html_report_is_self_contained(settings: Settings, engine: Engine, tmp_p
                                        chromium: Any) -> None:
     # Given a finished 2x2 run judged in Chromium (so it has screenshots), with samples
     start_worker(SWARM_VERIFIER="browser")
-    run_id = enqueue(settings, "--wave", "2x2", "--sim-latency-ms", "50")
+    run_id = enqueue(settings, "--wave", "2x2", "--sim-latency-ms", "50", seed=11)
     until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     add_samples(engine, run_id)
     # When its HTML report is written and opened in Chromium with every request recorded

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, func, select
 from scheduler.cli import cli
 from scheduler.follow import until_finished
 from tests.conftest import WorkerProcess
-from tests.factories import duplicates, make_run
+from tests.factories import duplicates, enqueue, make_run
 from worker.app import CeleryDispatcher
 from worker.settings import Settings
 from worker.store import Dispatch
@@ -28,20 +28,13 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 RUN_TIMEOUT_S = 120
 
 
-def _enqueue(settings: Settings, *args: str) -> int:
-    result = CliRunner().invoke(cli, [
-        "--database-url", settings.database_url, "--broker-url", settings.broker_url,
-        "enqueue", "--model", "sim", "--seed", "7", *args], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return int(result.output.split()[1].rstrip(":"))
-
 
 def test_3x4_run_succeeds_in_wave_order(settings: Settings, engine: Engine,
                                         start_worker: Callable[..., WorkerProcess]) -> None:
     # Given a worker on the threads pool
     worker = start_worker()
     # When a 3x4 run is enqueued and followed to its end
-    run_id = _enqueue(settings, "--wave", "3x4", "--sim-latency-ms", "50")
+    run_id = enqueue(settings, "--wave", "3x4", "--sim-latency-ms", "50")
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then all 12 sessions succeeded, each with one artifact and its version history
     assert status["sessions"]["succeeded"] == 12, status
@@ -101,8 +94,8 @@ def test_misbehaving_personas_never_crash_the_worker(
         settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
     # Given sloppy, explorer and markdown agents
     worker = start_worker()
-    run_id = _enqueue(settings, "--wave", "1x9", "--sim-latency-ms", "10",
-                      "--sim-mix", "sloppy,explorer,markdown", "--max-turns", "12")
+    run_id = enqueue(settings, "--wave", "1x9", "--sim-latency-ms", "10",
+                     "--sim-mix", "sloppy,explorer,markdown", "--max-turns", "12")
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then every session ended in a recorded state, the misbehaviour shows as tool errors,
     # and the worker is alive with no task that raised
@@ -124,7 +117,7 @@ def test_status_json_has_the_documented_shape(settings: Settings, engine: Engine
                                               start_worker: Callable[..., WorkerProcess]
                                               ) -> None:
     start_worker()
-    run_id = _enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "10")
+    run_id = enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "10")
     until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     result = CliRunner().invoke(cli, ["--database-url", settings.database_url, "status",
                                       str(run_id), "--json"], catch_exceptions=False)
@@ -143,7 +136,7 @@ def test_a_warm_shutdown_finishes_its_turns_and_hands_the_run_on(
         settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]) -> None:
     # Given a worker with turns in flight (each model call takes about a second)
     first = start_worker()
-    run_id = _enqueue(settings, "--wave", "1x4", "--sim-latency-ms", "1000")
+    run_id = enqueue(settings, "--wave", "1x4", "--sim-latency-ms", "1000")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with engine.connect() as conn:

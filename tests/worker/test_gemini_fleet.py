@@ -17,7 +17,7 @@ from ops.fake_gemini import FakeGemini, Fault, FaultRule
 from scheduler.cli import cli
 from scheduler.follow import until_finished
 from tests.conftest import WorkerProcess
-from tests.factories import duplicates
+from tests.factories import duplicates, enqueue
 from worker.pricing import PriceTable
 from worker.settings import Settings
 from worker.tables import caches, sessions, usage
@@ -28,13 +28,6 @@ MODEL = "gemini-3-flash-preview"
 #: Seconds any whole run in these tests may take.
 RUN_TIMEOUT_S = 120
 
-
-def _enqueue(settings: Settings, *args: str) -> int:
-    result = CliRunner().invoke(cli, [
-        "--database-url", settings.database_url, "--broker-url", settings.broker_url,
-        "enqueue", "--model", MODEL, "--seed", "11", *args], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return int(result.output.split()[1].rstrip(":"))
 
 
 def _worker(start_worker: Callable[..., WorkerProcess], fake: FakeGemini,
@@ -56,7 +49,7 @@ def test_2x3_run_through_the_sdk_is_priced(
     fake = fake_gemini()
     worker = _worker(start_worker, fake)
     # When a 2x3 run on gemini-3-flash-preview is followed to its end
-    run_id = _enqueue(settings, "--wave", "2x3")
+    run_id = enqueue(settings, "--wave", "2x3", model=MODEL, seed=11)
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then all six sessions succeeded, every request accepted: thought signatures
     # survived the history rebuilt from the event log on whichever thread took the turn
@@ -87,7 +80,7 @@ def test_a_429_retry_delay_is_honoured(
     fake = fake_gemini(faults=[FaultRule(Fault.rate_minute, after=2, retry_delay_s=2.0)])
     _worker(start_worker, fake)
     # When a one-session run goes through it
-    run_id = _enqueue(settings, "--wave", "1x1")
+    run_id = enqueue(settings, "--wave", "1x1", model=MODEL, seed=11)
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then the session succeeded, and the retry came no sooner than 2 s later
     assert status["sessions"]["succeeded"] == 1
@@ -105,7 +98,7 @@ def test_a_daily_quota_stops_the_fleet_without_retries(
     fake = fake_gemini(faults=[FaultRule(Fault.rate_day, after=4)])
     _worker(start_worker, fake)
     # When a 2x3 run goes through it
-    run_id = _enqueue(settings, "--wave", "2x3")
+    run_id = enqueue(settings, "--wave", "2x3", model=MODEL, seed=11)
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then every session ended; those cut short are stopped with the quota as reason
     outcomes = _outcomes(engine, run_id)
@@ -136,7 +129,7 @@ def test_server_faults_end_every_session_in_a_recorded_state(
     fake.hang_s = 30.0
     worker = _worker(start_worker, fake)
     # When a 2x3 run goes through it
-    run_id = _enqueue(settings, "--wave", "2x3")
+    run_id = enqueue(settings, "--wave", "2x3", model=MODEL, seed=11)
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then every fault fired, every session ended, and no turn was committed twice
     assert set(fake.faults.fired) == {"hang", "500", "503", "truncate"}, fake.faults.fired
@@ -155,7 +148,7 @@ def test_the_api_key_never_leaks(
     fake = fake_gemini()
     worker = _worker(start_worker, fake, key=canary)
     # When a run goes through the API with it, and its status is printed
-    run_id = _enqueue(settings, "--wave", "1x2")
+    run_id = enqueue(settings, "--wave", "1x2", model=MODEL, seed=11)
     until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     printed = CliRunner().invoke(cli, ["--database-url", settings.database_url, "status",
                                        str(run_id), "--json", "--sessions"]).output
@@ -182,7 +175,7 @@ def test_an_explicit_cache_serves_the_run_and_goes_with_it(
     fake = fake_gemini()
     _worker(start_worker, fake)
     # When a 2x3 run asks for an explicit cache of its prefix
-    run_id = _enqueue(settings, "--wave", "2x3", "--cache", "explicit")
+    run_id = enqueue(settings, "--wave", "2x3", "--cache", "explicit", model=MODEL, seed=11)
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then one cache was created for the whole run and named by every request, which
     # therefore left the prefix out (the API refuses both at once)
