@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from worker.errors import LimitExceeded
 from worker.prompt import LOOP_HINT
 from worker.runs import RunConfig
-from worker.tables import runs, usage
+from worker.tables import usage
 
 #: Reason of the nudge event that carries a loop warning.
 LOOP_NUDGE = "loop"
@@ -48,12 +48,6 @@ def spend(conn: Connection, *, session_id: int, run_id: int) -> Spend:
     total = conn.execute(select(func.coalesce(func.sum(usage.c.cost_usd), 0.0), func.count())
                          .where(usage.c.run_id == run_id)).one()
     return Spend(int(mine[0]), float(mine[1]), float(total[0]), int(total[1]))
-
-
-def run_budget(conn: Connection, *, run_id: int) -> float | None:
-    """The run's budget in dollars, if it has one."""
-    value = conn.execute(select(runs.c.budget_usd).where(runs.c.id == run_id)).scalar()
-    return float(value) if value is not None else None
 
 
 def check_spend(config: RunConfig, spent: Spend, budget_usd: float | None) -> None:

@@ -341,6 +341,7 @@ class SessionView:
     profile: str
     run_config: dict[str, Any]
     run_status: str
+    run_budget_usd: float | None
     events: list[tuple[str, dict[str, Any]]]
 
 
@@ -351,7 +352,7 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
                sessions.c.persona,
                sessions.c.brief, sessions.c.status, sessions.c.next_turn,
                sessions.c.repair_round, runs.c.model, runs.c.profile, runs.c.config,
-               runs.c.status.label("run_status"))
+               runs.c.status.label("run_status"), runs.c.budget_usd)
         .join(runs, runs.c.id == sessions.c.run_id)
         .where(sessions.c.id == session_id)
     ).one()
@@ -364,6 +365,7 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
         id=row.id, run_id=row.run_id, index=row.session_index, persona=row.persona, brief=row.brief,
         status=row.status, next_turn=row.next_turn, repair_round=row.repair_round,
         model=row.model, profile=row.profile, run_config=row.config, run_status=row.run_status,
+        run_budget_usd=row.budget_usd,
         events=[(e.kind, e.payload) for e in log],
     )
 

@@ -93,7 +93,6 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
     with rt.engine.connect() as conn:
         view = store.load_session(conn, session_id=session_id)
         spent = guards.spend(conn, session_id=session_id, run_id=view.run_id)
-        budget_usd = guards.run_budget(conn, run_id=view.run_id)
     config = RunConfig.model_validate(view.run_config)
     if view.run_status == RunStatus.cancelled.value:
         return _end(rt, claim, SessionStatus.cancelled, outcome="cancelled",
@@ -102,7 +101,7 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
         return _end(rt, claim, SessionStatus.stopped, outcome="max_turns",
                     error=f"stopped after {turn_no} turns (max_turns={config.max_turns})")
     try:
-        guards.check_spend(config, spent, budget_usd)
+        guards.check_spend(config, spent, view.run_budget_usd)
     except LimitExceeded as exc:
         if exc.kind == "budget":
             _record_run_stop(rt, view.run_id, f"budget: spent ${exc.value:.4f} of "
