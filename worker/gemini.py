@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -181,16 +183,11 @@ def create_cache(client: genai.Client, *, model: str, system_instruction: str,
         ModelUnavailable: a transient failure (retried by the caller).
         ModelFatal: the API refused it (a prefix below the model's minimum, say).
     """
-    try:
+    with classified():
         cache = client.caches.create(model=model, config=types.CreateCachedContentConfig(
             system_instruction=system_instruction, tools=declarations(tools),
             tool_config=tool_config(tool_mode), ttl=f"{int(ttl_s)}s",
             display_name=display_name))
-    except Exception as exc:
-        error = classify(exc)
-        if error is None:
-            raise
-        raise error from exc
     if not cache.name:
         raise ModelFatal("the API created a cache without a name")
     meta = cache.usage_metadata
@@ -204,13 +201,8 @@ def delete_cache(client: genai.Client, name: str) -> None:
     Raises:
         SwarmError: the classified failure.
     """
-    try:
+    with classified():
         client.caches.delete(name=name)
-    except Exception as exc:
-        error = classify(exc)
-        if error is None:
-            raise
-        raise error from exc
 
 
 def estimate_tokens(request: ModelRequest) -> int:
@@ -244,6 +236,18 @@ def to_turn(response: types.GenerateContentResponse) -> ModelTurn:
     text = "".join(p.get("text", "") for p in content["parts"] if not p.get("thought"))
     return ModelTurn(content=content, calls=calls_of(content), text=text, usage=usage,
                      finish_reason=finish)
+
+
+@contextmanager
+def classified() -> Iterator[None]:
+    """Re-raise an SDK or transport failure as the project error it stands for."""
+    try:
+        yield
+    except Exception as exc:
+        error = classify(exc)
+        if error is None or error is exc:
+            raise
+        raise error from exc
 
 
 def classify(exc: BaseException) -> SwarmError | None:
