@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert
 from sqlalchemy.engine import Connection
 
-from worker.errors import InputError, LadderNotFound
+from worker.errors import InputError
 from worker.profiles import get_profile
 from worker.runs import RunConfig, WaveSpec, create_run
-from worker.tables import ladders, runs
+from worker.tables import ladders
 
 #: The tiers of the seed write-up: one session, five in a row, then growing waves.
 DEFAULT_TIERS = ("1", "5x1", "5x5", "10x5", "10x10")
@@ -57,17 +56,3 @@ def create_ladder(conn: Connection, *, model: str, tiers: tuple[str, ...],
                 profile=profile, now=now, budget_usd=budget_usd, ladder_id=ladder_id,
                 tier=tier, start=not run_ids))
     return int(ladder_id), run_ids
-
-
-def ladder_runs(conn: Connection, ladder_id: int) -> list[dict[str, Any]]:
-    """The runs of a ladder in order: id, profile, tier, status.
-
-    Raises:
-        LadderNotFound: no such ladder.
-    """
-    if conn.execute(select(ladders.c.id).where(ladders.c.id == ladder_id)).first() is None:
-        raise LadderNotFound(f"no ladder L{ladder_id}")
-    rows = conn.execute(select(runs.c.id, runs.c.profile, runs.c.tier, runs.c.status)
-                        .where(runs.c.ladder_id == ladder_id).order_by(runs.c.id)).all()
-    return [{"run": r.id, "profile": r.profile, "tier": r.tier, "status": r.status}
-            for r in rows]
