@@ -154,9 +154,13 @@ class SimModel:
         return render_dashboard(self.design_seed, title=self.title,
                                 flaw=self.flaw if flawed else None).html
 
-    def _decide(self, facts: _Facts, rng: random.Random) -> list[FunctionCall]:
+    def _exploring(self, facts: _Facts) -> bool:
+        # Told it is looping, an explorer that heeds warnings gets on with the work.
         exploring = facts.turns < self.markdown_turns + self.explore_turns
-        if exploring and not (facts.warned and self.heeds_warnings):
+        return exploring and not (facts.warned and self.heeds_warnings)
+
+    def _decide(self, facts: _Facts, rng: random.Random) -> list[FunctionCall]:
+        if self._exploring(facts):
             return [self._explore(facts.turns)]
         step = self._next_step(facts)
         mistake = self._mistake(step, facts, rng)
@@ -204,8 +208,7 @@ class SimModel:
     def _baseline(self, facts: _Facts, rng: random.Random) -> tuple[list[FunctionCall], str]:
         """The baseline contract: the page in a markdown block as well, a small size limit,
         repairs by delete-then-create, plan items checked off in order before handoff."""
-        exploring = facts.turns < self.markdown_turns + self.explore_turns
-        if exploring and not (facts.warned and self.heeds_warnings):
+        if self._exploring(facts):
             return [self._explore(facts.turns)], ""
         step = self._next_step(facts)
         if step == "refine":
