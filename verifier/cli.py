@@ -48,7 +48,8 @@ def cli() -> None:
     "chromium_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Chromium binary (default /usr/bin/chromium).  [env: SWARM_CHROMIUM_PATH]",
+    help="Chromium binary (default /usr/bin/chromium-headless-shell when headless and "
+    "installed, else /usr/bin/chromium).  [env: SWARM_CHROMIUM_PATH]",
 )
 @click.option(
     "--screenshot",

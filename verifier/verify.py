@@ -6,8 +6,9 @@ import logging
 import threading
 import time
 from dataclasses import asdict
+from pathlib import Path
 
-from verifier.browser import Browser
+from verifier.browser import Browser, default_executable
 from verifier.verdict import judge
 from worker.errors import ConfigError
 from worker.runtime import Runtime
@@ -28,21 +29,22 @@ def shared_browser(settings: Settings) -> Browser | None:
         ConfigError: ``verifier=browser`` but Chromium is not installed.
     """
     global _browser, _warned_static
+    chromium = settings.chromium_path or Path(default_executable(settings.display))
     use_browser = settings.verifier == "browser" or (
-        settings.verifier == "auto" and settings.chromium_path.exists())
-    if settings.verifier == "browser" and not settings.chromium_path.exists():
-        raise ConfigError(f"Chromium not found at {settings.chromium_path}")
+        settings.verifier == "auto" and chromium.exists())
+    if settings.verifier == "browser" and not chromium.exists():
+        raise ConfigError(f"Chromium not found at {chromium}")
     with _lock:
         if not use_browser:
             # Static checks were asked for, or chosen because Chromium is missing: only the
             # second is worth a warning.
             if settings.verifier == "auto" and not _warned_static:
                 logger.warning("Chromium not found at %s: artifacts are judged by static "
-                               "checks only", settings.chromium_path)
+                               "checks only", chromium)
                 _warned_static = True
             return None
         if _browser is None:
-            _browser = Browser(executable_path=settings.chromium_path, display=settings.display,
+            _browser = Browser(executable_path=chromium, display=settings.display,
                                max_pages=settings.verify_max_pages)
         return _browser
 

@@ -53,15 +53,16 @@ class Settings(BaseSettings):
     retry_backoff_max_s: float = Field(default=60.0, gt=0)
     """Cap of that backoff."""
 
-    chromium_path: Path = Path("/usr/bin/chromium")
-    """Debian's Chromium, driven by Playwright through ``executable_path``."""
+    chromium_path: Path | None = None
+    """The Chromium binary Playwright drives through ``executable_path``; by default Debian's
+    ``chromium-headless-shell`` for headless rendering when installed, else ``chromium``."""
     display: Literal["headless", "xvfb"] = "headless"
     """How the verifier renders: headless, or headed under a virtual X display."""
     verifier: Literal["auto", "browser", "static"] = "auto"
     """How artifacts are judged: in Chromium, by static checks only, or in Chromium when it
     is installed (static checks otherwise, with a warning)."""
     verify_max_pages: int | None = Field(default=None, ge=1)
-    """Pages rendered at once per verifier process (default: one per two CPUs)."""
+    """Pages rendered at once per verifier process (default: one per CPU)."""
     verify_min_fps: float = Field(default=30.0, gt=0)
     """Frames per second a page's own animation loop must reach."""
 

@@ -14,7 +14,14 @@ from typing import Any
 import psutil
 import pytest
 
-from verifier.browser import Browser, BrowserUnavailable
+import verifier.browser
+from verifier.browser import (
+    DEFAULT_CHROMIUM_PATH,
+    HEADLESS_SHELL_PATH,
+    Browser,
+    BrowserUnavailable,
+    default_executable,
+)
 from verifier.page import measure_page
 from verifier.verdict import Verdict, judge
 
@@ -274,6 +281,13 @@ def test_closed_browser_refuses_work(page_html: Callable[[str], str]) -> None:
     assert not [pid for pid in pids if psutil.pid_exists(pid) and _running(pid)]
 
 
+def _args(pid: int) -> list[str]:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:  # a renderer that has just exited
+        return []
+
+
 def _running(pid: int) -> bool:
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
@@ -284,3 +298,34 @@ def _running(pid: int) -> bool:
 def test_display_must_be_known() -> None:
     with pytest.raises(ValueError, match="display"):
         Browser(display="wayland")  # type: ignore[arg-type]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("chromium", [HEADLESS_SHELL_PATH, DEFAULT_CHROMIUM_PATH],
+                         ids=["headless-shell", "chromium"])
+def test_both_headless_builds(chromium: str, page_html: Callable[[str], str],
+                              min_fps: float) -> None:
+    if not os.path.exists(chromium) and not os.environ.get("CI"):
+        pytest.skip(f"{chromium} is not installed")
+    # Given a browser on one of Debian's two headless builds (one launcher execs the
+    # browser, the other runs it as a child)
+    with Browser(executable_path=chromium, max_pages=1) as own:
+        # When the good page is judged
+        verdict = judge(page_html("good.html"), browser=own, min_fps=min_fps,
+                        retry_starved=False)
+        root = psutil.Process(own.browser_pids()[0])
+        # Then it passes, and the tree sampled for memory is rooted at the browser itself,
+        # not at its launcher script
+        assert verdict.passed, [c.detail for c in verdict.checks if not c.passed]
+        assert os.path.dirname(root.exe()) == "/usr/lib/chromium"
+        assert "--type=zygote" in [arg for pid in own.browser_pids()[1:] for arg in _args(pid)]
+
+
+def test_default_executable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Headed rendering needs the full browser; headless prefers the shell when installed
+    assert default_executable("xvfb") == DEFAULT_CHROMIUM_PATH
+    installed = os.path.exists(HEADLESS_SHELL_PATH)
+    assert default_executable("headless") == (
+        HEADLESS_SHELL_PATH if installed else DEFAULT_CHROMIUM_PATH)
+    monkeypatch.setattr(verifier.browser, "HEADLESS_SHELL_PATH", "/nonexistent/shell")
+    assert default_executable("headless") == DEFAULT_CHROMIUM_PATH
