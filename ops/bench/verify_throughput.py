@@ -6,12 +6,16 @@ seeds, the pages the ``sim`` model authors) judged with :func:`verifier.verdict.
 :class:`verifier.browser.Browser` per repetition: wall time, artifacts per minute, verdicts
 passed (and which checks failed), median seconds per artifact, the page fps (median and
 minimum), and the peak memory of Chromium's process tree (sum of RSS, and sum of PSS, over
-``browser_pids()``, sampled every 250 ms). Each ``--pages`` setting is ``Browser(max_pages=k)``;
-the summary gives medians over ``--repeat`` repetitions, throughput against ``max_pages=1``
-of the same run, and whether the target "100 artifacts in at most 90 s" is met.
+``browser_pids()``, sampled every 250 ms). Each setting is one Chromium binary from
+``--chromium`` with ``Browser(max_pages=k)`` for each k in ``--pages``; the summary gives
+medians over ``--repeat`` repetitions, throughput against the first binary at ``max_pages=1``
+(or the first setting) of the same run, and whether the target "100 artifacts in at most
+90 s" is met.
 
     python -m ops.bench.verify_throughput                       # 100 artifacts, pages 1-4, x3
     python -m ops.bench.verify_throughput --artifacts 20 --pages 1,2 --repeat 1
+    python -m ops.bench.verify_throughput --pages 4 \
+        --chromium /usr/bin/chromium-headless-shell,/usr/bin/chromium     # the two builds
     python -m ops.bench.verify_throughput --json > verify_throughput.json   # progress on stderr
 """
 
@@ -33,7 +37,7 @@ from typing import Any, get_args
 import click
 import psutil
 
-from verifier.browser import Browser, BrowserUnavailable, DisplayMode
+from verifier.browser import Browser, BrowserUnavailable, DisplayMode, default_executable
 from verifier.verdict import Verdict, judge
 from worker.dashboards import render_dashboard
 
@@ -41,8 +45,28 @@ MIB = 1024 * 1024
 #: The target: this many artifacts in at most TARGET_S seconds (scaled to ``--artifacts``).
 TARGET_ARTIFACTS, TARGET_S = 100, 90.0
 #: Figures of one repetition that the summary takes the median of.
-MEDIAN_KEYS = ("wall_s", "per_min", "passed", "s_per_artifact", "slot_use", "fps_median",
-               "fps_min", "not_judged", "peak_rss_mib", "peak_pss_mib", "end_rss_mib", "warmup_s")
+MEDIAN_KEYS = ("wall_s", "per_min", "passed", "s_per_artifact", "slot_use", "cpu_s_per_artifact",
+               "fps_median", "fps_min", "not_judged", "peak_rss_mib", "peak_pss_mib",
+               "end_rss_mib", "warmup_s")
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds used so far by this process and its descendants, living or reaped.
+
+    Each living process counts its own time plus that of the children it has reaped, so a
+    renderer that exited between two readings is still counted, through the zygote that
+    reaped it. The difference of two readings is the CPU the verifier used in between: this
+    process (judge(), Playwright's client), Playwright's driver and every Chromium process.
+    """
+    total = 0.0
+    me = psutil.Process()
+    for proc in (me, *me.children(recursive=True)):
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:  # exited after the listing: its reaper counts it
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def sample(browser: Browser, interval_s: float, done: threading.Event,
@@ -63,8 +87,8 @@ def sample(browser: Browser, interval_s: float, done: threading.Event,
             samples.append((rss, pss if has_pss else None))
 
 
-def measure(*, pages: int, seeds: list[int], display: DisplayMode, min_fps: float,
-            interval_s: float, alerts: BufferingHandler) -> dict[str, Any]:
+def measure(*, chromium: str, pages: int, seeds: list[int], display: DisplayMode,
+            min_fps: float, interval_s: float, alerts: BufferingHandler) -> dict[str, Any]:
     """One repetition: a fresh Browser(max_pages=pages) judges every seed's page once."""
     htmls = [render_dashboard(seed).html for seed in seeds]
     alerts.buffer.clear()
@@ -84,15 +108,15 @@ def measure(*, pages: int, seeds: list[int], display: DisplayMode, min_fps: floa
     # milliseconds, so `pages` threads keep every page slot busy; one more would only queue
     # on the browser's semaphore and make each judge() time include that wait.
     pool = ThreadPoolExecutor(max_workers=pages)
-    with Browser(display=display, max_pages=pages) as browser:
+    with Browser(executable_path=chromium, display=display, max_pages=pages) as browser:
         sampler = threading.Thread(target=sample, args=(browser, interval_s, done, samples))
         sampler.start()
         try:
             # Untimed: launches Chromium, as a long-lived worker has done already.
             warmup_s, warm = one(render_dashboard(max(seeds) + 1).html)
-            started = time.monotonic()
+            started, cpu_started = time.monotonic(), tree_cpu_s()
             results = list(pool.map(one, htmls))
-            wall_s = time.monotonic() - started
+            wall_s, cpu_s = time.monotonic() - started, tree_cpu_s() - cpu_started
         finally:  # on Ctrl-C only the pages in flight finish
             pool.shutdown(cancel_futures=True)
             done.set()
@@ -102,13 +126,15 @@ def measure(*, pages: int, seeds: list[int], display: DisplayMode, min_fps: floa
     rss = [r for r, _ in samples] or [0]
     pss = [p for _, p in samples if p is not None]
     return {
-        "pages": pages, "artifacts": len(seeds), "wall_s": round(wall_s, 2),
+        "chromium": chromium, "pages": pages, "artifacts": len(seeds),
+        "wall_s": round(wall_s, 2),
         "per_min": round(len(seeds) / wall_s * 60, 1),
         "passed": sum(v.passed for v in verdicts),
         "failed_checks": dict(Counter(name for v in verdicts for name in v.failed)),
         "fps_failures": sorted(v.fps for v in verdicts if "fps" in v.failed and v.fps is not None),
         "s_per_artifact": round(statistics.median(t for t, _ in results), 2),
         "slot_use": round(sum(t for t, _ in results) / (wall_s * pages), 3),
+        "cpu_s_per_artifact": round(cpu_s / len(seeds), 2),
         "fps_median": statistics.median(fps) if fps else 0.0, "fps_min": min(fps, default=0.0),
         "peak_rss_mib": round(max(rss) / MIB, 1), "end_rss_mib": round(rss[-1] / MIB, 1),
         "peak_pss_mib": round(max(pss) / MIB, 1) if pss else None,
@@ -134,20 +160,37 @@ def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 #: Header of the Markdown table that repetitions and medians are printed in.
-HEADER = ("| pages | wall s | art/min | vs pages={base} | passed | not judged | s/art | slots busy "
-          "| fps med/min | peak RSS-sum / PSS-sum MiB | end RSS-sum | warm-up s | <= {target:g} s |"
-          "\n|" + " --- |" * 13)
+HEADER = ("| chromium | pages | wall s | art/min | vs {base} | passed | not judged | s/art "
+          "| slots busy | CPU s/art | fps med/min | peak RSS-sum / PSS-sum MiB | end RSS-sum "
+          "| warm-up s | <= {target:g} s |\n|" + " --- |" * 15)
 
 
-def row(label: str, f: dict[str, Any], *, n: int, target_s: float) -> str:
+def row(build: str, label: str, f: dict[str, Any], *, n: int, target_s: float) -> str:
     """One repetition, or the medians of a setting (with its throughput ratio), as a row."""
     pss = f"{f['peak_pss_mib']:.0f}" if f["peak_pss_mib"] is not None else "n/a"
     ratio = f"{f['throughput_ratio']:.2f}x" if "throughput_ratio" in f else ""
-    return (f"| {label} | {f['wall_s']:.1f} | {f['per_min']:.1f} | {ratio} "
+    return (f"| {build} | {label} | {f['wall_s']:.1f} | {f['per_min']:.1f} | {ratio} "
             f"| {f['passed']:g}/{n} | {f['not_judged']:g} | {f['s_per_artifact']:.2f} "
-            f"| {f['slot_use']:.0%} | {f['fps_median']:.1f}/{f['fps_min']:.1f} "
+            f"| {f['slot_use']:.0%} | {f['cpu_s_per_artifact']:.2f} "
+            f"| {f['fps_median']:.1f}/{f['fps_min']:.1f} "
             f"| {f['peak_rss_mib']:.0f} / {pss} | {f['end_rss_mib']:.0f} | {f['warmup_s']:.1f} "
             f"| {'yes' if f['wall_s'] <= target_s else 'no'} |")
+
+
+def parse_chromium(_ctx: object, _param: object, value: str | None) -> list[str] | None:
+    """``PATH[,PATH...]`` as a list of existing binaries (None: the verifier's default)."""
+    if value is None:
+        return None
+    paths = [part.strip() for part in value.split(",") if part.strip()]
+    missing = [path for path in paths if not os.path.exists(path)]
+    if not paths or missing:
+        raise click.BadParameter(f"no such binary: {', '.join(missing) or value!r}")
+    return paths
+
+
+def build_name(chromium: str) -> str:
+    """A binary's short name for the table: its file name."""
+    return os.path.basename(chromium)
 
 
 def parse_pages(_ctx: object, _param: object, value: str) -> list[int]:
@@ -162,6 +205,9 @@ def parse_pages(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--artifacts", type=click.IntRange(min=1), default=100, help="Artifacts per run.")
 @click.option("--pages", default="1,2,3,4", callback=parse_pages,
               help="Browser(max_pages=k) settings, comma-separated.")
+@click.option("--chromium", "chromiums", callback=parse_chromium, default=None,
+              help="Chromium binaries to compare, comma-separated  "
+                   "[default: the verifier's, chromium-headless-shell when installed].")
 @click.option("--repeat", type=click.IntRange(min=1), default=3,
               help="Repetitions of each setting, a fresh Browser every time.")
 @click.option("--seed", type=int, default=1, help="First seed; seeds seed..seed+N-1.")
@@ -169,29 +215,35 @@ def parse_pages(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--display", type=click.Choice(get_args(DisplayMode)), default="headless")
 @click.option("--interval-ms", type=click.IntRange(min=10), default=250, help="Memory sampling.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def main(artifacts: int, pages: list[int], repeat: int, seed: int, min_fps: float,
-         display: DisplayMode, interval_ms: int, as_json: bool) -> None:
+def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: int, seed: int,
+         min_fps: float, display: DisplayMode, interval_ms: int, as_json: bool) -> None:
     """Measure verifier throughput per page concurrency against max_pages=1."""
+    chromiums = chromiums or [default_executable(display)]
+    settings = [(c, k) for c in chromiums for k in pages]
     out = sys.stderr if as_json else sys.stdout
     alerts = BufferingHandler(capacity=10_000)  # verifier warnings: relaunches, lost root pid
     alerts.setLevel(logging.WARNING)
     logging.getLogger("verifier").addHandler(alerts)
     seeds = list(range(seed, seed + artifacts))
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"{artifacts} artifacts, pages {pages}, {repeat} repetition(s), {display}, "
-          f"{os.cpu_count()} CPUs, load average {load_start}", file=out, flush=True)
+    print(f"{artifacts} artifacts, pages {pages}, {', '.join(chromiums)}, {repeat} "
+          f"repetition(s), {display}, {os.cpu_count()} CPUs, load average {load_start}",
+          file=out, flush=True)
     target_s = TARGET_S * artifacts / TARGET_ARTIFACTS
-    print(HEADER.format(base=1 if 1 in pages else pages[0], target=target_s), file=out)
-    reps: dict[int, list[dict[str, Any]]] = {k: [] for k in pages}
+    base = (chromiums[0], 1 if 1 in pages else pages[0])
+    base_label = f"{build_name(base[0])}/{base[1]}"
+    print(HEADER.format(base=base_label, target=target_s), file=out)
+    reps: dict[tuple[str, int], list[dict[str, Any]]] = {s: [] for s in settings}
     interrupted = False
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM as Ctrl-C
     try:
         for i in range(1, repeat + 1):
-            for k in pages:  # settings alternate, so drift in the host's load hits them alike
-                f = measure(pages=k, seeds=seeds, display=display, min_fps=min_fps,
+            for c, k in settings:  # settings alternate, so drift in the load hits them alike
+                f = measure(chromium=c, pages=k, seeds=seeds, display=display, min_fps=min_fps,
                             interval_s=interval_ms / 1000, alerts=alerts)
-                reps[k].append(f)
-                print(row(f"{k} #{i}", f, n=artifacts, target_s=target_s), file=out, flush=True)
+                reps[c, k].append(f)
+                print(row(build_name(c), f"{k} #{i}", f, n=artifacts, target_s=target_s),
+                      file=out, flush=True)
                 if f["failed_checks"]:
                     print(f"    failed checks: {f['failed_checks']}, fps of fps failures: "
                           f"{f['fps_failures'][:20]}", file=out)
@@ -203,26 +255,30 @@ def main(artifacts: int, pages: list[int], repeat: int, seed: int, min_fps: floa
         if not reps:
             sys.exit(130)
     load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    summary = {k: medians(r) for k, r in reps.items()}
-    base_k = 1 if 1 in summary else next(iter(summary))
+    summary = {s: medians(r) for s, r in reps.items()}
+    if base not in summary:
+        base = next(iter(summary))
+        base_label = f"{build_name(base[0])}/{base[1]}"
     for m in summary.values():
-        m["throughput_ratio"] = round(m["per_min"] / summary[base_k]["per_min"], 2)
+        m["throughput_ratio"] = round(m["per_min"] / summary[base]["per_min"], 2)
         m["meets_target"] = m["wall_s"] <= target_s
     if as_json:
         print(json.dumps({"artifacts": artifacts, "repeat": repeat, "display": display,
-                          "min_fps": min_fps, "baseline_pages": base_k, "target_s": target_s,
+                          "min_fps": min_fps, "baseline": base_label, "target_s": target_s,
                           "load_start": load_start, "load_end": load_end,
-                          "summary": summary, "repetitions": reps}, indent=2))
+                          "summary": [{"chromium": c, "pages": k, **m}
+                                      for (c, k), m in summary.items()],
+                          "repetitions": [f for r in reps.values() for f in r]}, indent=2))
         sys.exit(130 if interrupted else 0)
     print(f"\nmedians of the repetitions (reps), load average at end {load_end}; RSS-sum counts "
           "memory shared between Chromium's processes once per process, PSS-sum splits it")
-    print(HEADER.format(base=base_k, target=target_s))
-    for k, m in summary.items():
-        print(row(f"{k} (x{m['reps']})", m, n=artifacts, target_s=target_s))
-    for k, m in summary.items():
+    print(HEADER.format(base=base_label, target=target_s))
+    for (c, k), m in summary.items():
+        print(row(build_name(c), f"{k} (x{m['reps']})", m, n=artifacts, target_s=target_s))
+    for (c, k), m in summary.items():
         if m["failed_checks"] or m["browser_errors"]:
-            print(f"pages={k}, all repetitions: failed checks {m['failed_checks']}, "
-                  f"browser errors {m['browser_errors']}")
+            print(f"{build_name(c)} pages={k}, all repetitions: failed checks "
+                  f"{m['failed_checks']}, browser errors {m['browser_errors']}")
     sys.exit(130 if interrupted else 0)
 
 
