@@ -59,7 +59,8 @@ _PROBE_TEMPLATE = """
   const C2D = CanvasRenderingContext2D.prototype;
   const getImageData = C2D.getImageData;
   const stringify = JSON.stringify;
-  const rec = { on: false, callbacks: 0, pageTs: new Set(), probeTs: [], draws: 0, cbMs: 0 };
+  const rec = { on: false, frozen: false, callbacks: 0, pageTs: new Set(), probeTs: [], draws: 0,
+                cbMs: 0 };
   const log = { ctx2d: 0, opens: [], sockets: [] };
   const contexts = new WeakMap();
 
@@ -76,6 +77,7 @@ _PROBE_TEMPLATE = """
   W.requestAnimationFrame = function requestAnimationFrame(cb) {
     if (typeof cb !== "function") return raf(cb);
     return raf((ts) => {
+      if (rec.frozen) return undefined;
       if (!rec.on) return cb(ts);
       rec.callbacks++;
       rec.pageTs.add(ts);
@@ -158,6 +160,9 @@ _PROBE_TEMPLATE = """
       keys.push(sample());
     }
     rec.on = false;
+    // The window is over: stop the page's loop so its last frame stays on screen for the
+    // screenshot and the page stops using CPU while the verifier finishes with it.
+    rec.frozen = true;
     const elapsedMs = now() - t0;
     // A setTimeout task never runs inside a frame's rAF batch, so every frame the probe
     // saw has all of the page's callbacks recorded by now.
