@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from worker.checks import DEFAULT_MAX_BYTES, Check, passed, static_checks
-from worker.errors import BrowserUnavailable
+from worker.errors import RendererStarved
 
 if TYPE_CHECKING:
     from verifier.browser import Browser, BrowserReport
@@ -93,6 +93,7 @@ def judge(
 
     Raises:
         BrowserUnavailable: Chromium failed; the artifact was not judged.
+        RendererStarved: The host starved the page of CPU (only with ``retry_starved``).
     """
     checks = static_checks(html, max_bytes=max_bytes)
     if not passed(checks) or browser is None:
@@ -101,7 +102,7 @@ def judge(
     report = browser.measure(html)
     host_busy = busy_share(before, psutil.cpu_times())
     if retry_starved and starved(report, min_fps=min_fps, host_busy=host_busy):
-        raise BrowserUnavailable(
+        raise RendererStarved(
             f"the renderer was starved: frames ran at {report.fps:.1f} fps with the host "
             f"{host_busy:.0%} busy; judge it again later")
     checks += browser_checks(report, min_fps=min_fps)
@@ -145,8 +146,6 @@ def browser_checks(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS) -
     Args:
         report: What the page did in Chromium.
         min_fps: Frames per second the page's own loop must reach.
-        retry_starved: Raise instead of judging when the machine, not the page, was too
-            slow (see :func:`starved`); false once such retries are exhausted.
 
     Returns:
         ``fps``, ``own_loop_share``, ``canvas_changes``, ``no_page_errors``,

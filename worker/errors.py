@@ -12,6 +12,7 @@
     │   ├── ModelUnavailable   the model provider failed, may work later
     │   │   └── RateLimited    the provider asked us to slow down
     │   └── BrowserUnavailable the verifier's browser failed to launch or died
+    │       └── RendererStarved the machine, not the page, kept the frame rate too low
     ├── ModelFatal             the provider refused the request for good
     ├── ToolError              shown to the model as a tool result, never raised past a tool
     └── LimitExceeded          a guard tripped (turns, tokens, cost, budget, loop)
@@ -76,6 +77,14 @@ class RateLimited(ModelUnavailable):
 
 class BrowserUnavailable(TransientError):
     """The verifier's browser could not launch or died: an infrastructure fault."""
+
+
+class RendererStarved(BrowserUnavailable):
+    """A page ran below the frame rate it needs because the host starved its renderer.
+
+    The measurement says nothing about the artifact; judge it again when the host is less
+    busy.
+    """
 
 
 class ModelFatal(SwarmError):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from verifier.page import BrowserReport
 from verifier.verdict import Verdict, browser_checks, judge, starved
+from worker.errors import RendererStarved
 
 HEALTHY = BrowserReport(
     measured=True,
@@ -184,3 +186,26 @@ def test_starved_renderer_is_told_apart_from_a_slow_page(overrides: dict[str, An
                                                          is_starved: bool) -> None:
     host_busy = overrides.pop("host_busy", 0.0)
     assert starved(make_report(**overrides), min_fps=30.0, host_busy=host_busy) is is_starved
+
+
+class _ReportingBrowser:
+    """Stands in for the browser: every measurement returns the same report."""
+
+    def __init__(self, report: BrowserReport) -> None:
+        self.report = report
+
+    def measure(self, html: str) -> BrowserReport:
+        return self.report
+
+
+def test_a_starved_measurement_is_retried_until_retries_run_out(
+        page_html: Callable[[str], str]) -> None:
+    # Given a measurement in which a cheap page got 15 display frames a second
+    report = make_report(fps=15.0, display_frames=30, page_frames=30, script_ms_per_frame=2.0)
+    browser: Any = _ReportingBrowser(report)
+    # When it is judged while retries are left, it is not judged at all
+    with pytest.raises(RendererStarved, match=r"starved: frames ran at 15\.0 fps"):
+        judge(page_html("good.html"), browser=browser, min_fps=30.0)
+    # And once they have run out, it is judged as measured
+    verdict = judge(page_html("good.html"), browser=browser, min_fps=30.0, retry_starved=False)
+    assert (verdict.passed, verdict.failed, verdict.fps) == (False, ["fps"], 15.0)
