@@ -38,15 +38,18 @@ import click
 import psutil
 
 from verifier.browser import Browser, BrowserUnavailable, DisplayMode, default_executable
+from verifier.tasks import MAX_STARVED_RETRIES
 from verifier.verdict import Verdict, judge
 from worker.dashboards import render_dashboard
+from worker.errors import RendererStarved
 
 MIB = 1024 * 1024
 #: The target: this many artifacts in at most TARGET_S seconds (scaled to ``--artifacts``).
 TARGET_ARTIFACTS, TARGET_S = 100, 90.0
 #: Figures of one repetition that the summary takes the median of.
 MEDIAN_KEYS = ("wall_s", "per_min", "passed", "s_per_artifact", "slot_use", "cpu_s_per_artifact",
-               "fps_median", "fps_min", "not_judged", "peak_rss_mib", "peak_pss_mib",
+               "starved_retries", "fps_median", "fps_min", "not_judged", "peak_rss_mib",
+               "peak_pss_mib",
                "end_rss_mib", "warmup_s")
 
 
@@ -88,21 +91,29 @@ def sample(browser: Browser, interval_s: float, done: threading.Event,
 
 
 def measure(*, chromium: str, pages: int, seeds: list[int], display: DisplayMode,
-            min_fps: float, interval_s: float, alerts: BufferingHandler) -> dict[str, Any]:
-    """One repetition: a fresh Browser(max_pages=pages) judges every seed's page once."""
+            min_fps: float, retries: int, interval_s: float,
+            alerts: BufferingHandler) -> dict[str, Any]:
+    """One repetition: a fresh Browser(max_pages=pages) judges every seed's page."""
     htmls = [render_dashboard(seed).html for seed in seeds]
     alerts.buffer.clear()
     samples: list[tuple[int, int | None]] = []
     done = threading.Event()
+    starved: list[str] = []  # one entry per measurement judged again (list.append is atomic)
 
     def one(html: str) -> tuple[float, Verdict | str]:
-        started = time.monotonic()
-        try:
-            verdict: Verdict | str = judge(html, browser=browser, min_fps=min_fps,
-                                           retry_starved=False)
-        except BrowserUnavailable as exc:
-            verdict = f"BrowserUnavailable: {exc}"
-        return time.monotonic() - started, verdict
+        """A verdict as the verify task reaches it: a starved measurement is judged again."""
+        started, attempt = time.monotonic(), 0
+        while True:
+            try:
+                verdict: Verdict | str = judge(html, browser=browser, min_fps=min_fps,
+                                               retry_starved=attempt < retries)
+            except RendererStarved as exc:
+                starved.append(str(exc))
+                attempt += 1
+                continue
+            except BrowserUnavailable as exc:
+                verdict = f"BrowserUnavailable: {exc}"
+            return time.monotonic() - started, verdict
 
     # judge() holds its thread for the whole measurement and its static checks take
     # milliseconds, so `pages` threads keep every page slot busy; one more would only queue
@@ -114,6 +125,7 @@ def measure(*, chromium: str, pages: int, seeds: list[int], display: DisplayMode
         try:
             # Untimed: launches Chromium, as a long-lived worker has done already.
             warmup_s, warm = one(render_dashboard(max(seeds) + 1).html)
+            starved.clear()
             started, cpu_started = time.monotonic(), tree_cpu_s()
             results = list(pool.map(one, htmls))
             wall_s, cpu_s = time.monotonic() - started, tree_cpu_s() - cpu_started
@@ -135,6 +147,7 @@ def measure(*, chromium: str, pages: int, seeds: list[int], display: DisplayMode
         "s_per_artifact": round(statistics.median(t for t, _ in results), 2),
         "slot_use": round(sum(t for t, _ in results) / (wall_s * pages), 3),
         "cpu_s_per_artifact": round(cpu_s / len(seeds), 2),
+        "starved_retries": len(starved),
         "fps_median": statistics.median(fps) if fps else 0.0, "fps_min": min(fps, default=0.0),
         "peak_rss_mib": round(max(rss) / MIB, 1), "end_rss_mib": round(rss[-1] / MIB, 1),
         "peak_pss_mib": round(max(pss) / MIB, 1) if pss else None,
@@ -160,9 +173,10 @@ def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 #: Header of the Markdown table that repetitions and medians are printed in.
-HEADER = ("| chromium | pages | wall s | art/min | vs {base} | passed | not judged | s/art "
-          "| slots busy | CPU s/art | fps med/min | peak RSS-sum / PSS-sum MiB | end RSS-sum "
-          "| warm-up s | <= {target:g} s |\n|" + " --- |" * 15)
+HEADER = ("| chromium | pages | wall s | art/min | vs {base} | passed | not judged "
+          "| starved, judged again | s/art | slots busy | CPU s/art | fps med/min "
+          "| peak RSS-sum / PSS-sum MiB | end RSS-sum | warm-up s | <= {target:g} s |\n|"
+          + " --- |" * 16)
 
 
 def row(build: str, label: str, f: dict[str, Any], *, n: int, target_s: float) -> str:
@@ -170,7 +184,8 @@ def row(build: str, label: str, f: dict[str, Any], *, n: int, target_s: float) -
     pss = f"{f['peak_pss_mib']:.0f}" if f["peak_pss_mib"] is not None else "n/a"
     ratio = f"{f['throughput_ratio']:.2f}x" if "throughput_ratio" in f else ""
     return (f"| {build} | {label} | {f['wall_s']:.1f} | {f['per_min']:.1f} | {ratio} "
-            f"| {f['passed']:g}/{n} | {f['not_judged']:g} | {f['s_per_artifact']:.2f} "
+            f"| {f['passed']:g}/{n} | {f['not_judged']:g} | {f['starved_retries']:g} "
+            f"| {f['s_per_artifact']:.2f} "
             f"| {f['slot_use']:.0%} | {f['cpu_s_per_artifact']:.2f} "
             f"| {f['fps_median']:.1f}/{f['fps_min']:.1f} "
             f"| {f['peak_rss_mib']:.0f} / {pss} | {f['end_rss_mib']:.0f} | {f['warmup_s']:.1f} "
@@ -212,11 +227,14 @@ def parse_pages(_ctx: object, _param: object, value: str) -> list[int]:
               help="Repetitions of each setting, a fresh Browser every time.")
 @click.option("--seed", type=int, default=1, help="First seed; seeds seed..seed+N-1.")
 @click.option("--min-fps", type=float, default=30.0, help="judge(min_fps=...).")
+@click.option("--retries", type=click.IntRange(min=0), default=MAX_STARVED_RETRIES,
+              help="Times a starved measurement is judged again, as the verify task does.")
 @click.option("--display", type=click.Choice(get_args(DisplayMode)), default="headless")
 @click.option("--interval-ms", type=click.IntRange(min=10), default=250, help="Memory sampling.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: int, seed: int,
-         min_fps: float, display: DisplayMode, interval_ms: int, as_json: bool) -> None:
+         min_fps: float, retries: int, display: DisplayMode, interval_ms: int,
+         as_json: bool) -> None:
     """Measure verifier throughput per page concurrency against max_pages=1."""
     chromiums = chromiums or [default_executable(display)]
     settings = [(c, k) for c in chromiums for k in pages]
@@ -240,7 +258,7 @@ def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: 
         for i in range(1, repeat + 1):
             for c, k in settings:  # settings alternate, so drift in the load hits them alike
                 f = measure(chromium=c, pages=k, seeds=seeds, display=display, min_fps=min_fps,
-                            interval_s=interval_ms / 1000, alerts=alerts)
+                            retries=retries, interval_s=interval_ms / 1000, alerts=alerts)
                 reps[c, k].append(f)
                 print(row(build_name(c), f"{k} #{i}", f, n=artifacts, target_s=target_s),
                       file=out, flush=True)
@@ -264,7 +282,8 @@ def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: 
         m["meets_target"] = m["wall_s"] <= target_s
     if as_json:
         print(json.dumps({"artifacts": artifacts, "repeat": repeat, "display": display,
-                          "min_fps": min_fps, "baseline": base_label, "target_s": target_s,
+                          "min_fps": min_fps, "retries": retries, "baseline": base_label,
+                          "target_s": target_s,
                           "load_start": load_start, "load_end": load_end,
                           "summary": [{"chromium": c, "pages": k, **m}
                                       for (c, k), m in summary.items()],
