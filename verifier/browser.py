@@ -97,9 +97,10 @@ class Browser:
         executable_path: The Chromium binary; None picks :func:`default_executable`.
         display: ``"headless"``, or ``"xvfb"`` to render headed on a virtual X display.
         max_pages: Pages measured at the same time; defaults to one per CPU. A dashboard
-            animating at 60 fps keeps about 0.8 of a core busy (its script, rasterising
-            its canvases, compositing), so one page per core keeps good pages near 60 fps;
-            two per core judge about 30% more pages per minute, at about 45 fps.
+            animating at 60 fps keeps about 0.75 of a core busy in the headless shell (its
+            script, rasterising its canvases, compositing), so one page per core keeps good
+            pages near 60 fps; two per core judge about 70% more pages per minute, with
+            every page at about 40 fps (``ops/bench/verify_throughput``).
     """
 
     def __init__(
