@@ -65,6 +65,13 @@ def wait_past(page: Any, ms: int) -> None:
     page.wait_for_function(f"() => performance.now() > {ms}")
 
 
+def canvas_snapshots(page: Any) -> tuple[list[str], list[str]]:
+    """Every canvas as a data URL, twice, SNAPSHOT_GAP_MS apart."""
+    before = page.evaluate(CANVAS_SNAPSHOT_JS)
+    page.wait_for_timeout(SNAPSHOT_GAP_MS)
+    return before, page.evaluate(CANVAS_SNAPSHOT_JS)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_clean_dashboard_animates_without_errors(browser: Any, seed: int) -> None:
     # Given a clean dashboard that has run for about a second
@@ -73,9 +80,7 @@ def test_clean_dashboard_animates_without_errors(browser: Any, seed: int) -> Non
         wait_past(page, 1000)
 
         # When the canvases are snapshotted twice, 300 ms apart
-        before = page.evaluate(CANVAS_SNAPSHOT_JS)
-        page.wait_for_timeout(SNAPSHOT_GAP_MS)
-        after = page.evaluate(CANVAS_SNAPSHOT_JS)
+        before, after = canvas_snapshots(page)
         screenshot = page.screenshot()
         colours = browser_colours(browser, screenshot)
         fits = page.evaluate(
@@ -108,9 +113,7 @@ def test_static_canvas_flaw_never_changes(browser: Any) -> None:
     page, errors = open_page(browser, render_dashboard(2, flaw="static_canvas").html)
     try:
         wait_past(page, 500)
-        before = page.evaluate(CANVAS_SNAPSHOT_JS)
-        page.wait_for_timeout(SNAPSHOT_GAP_MS)
-        after = page.evaluate(CANVAS_SNAPSHOT_JS)
+        before, after = canvas_snapshots(page)
     finally:
         page.close()
 
@@ -131,9 +134,7 @@ def test_lite_card_animates_without_errors(browser: Any) -> None:
     page, errors = open_page(browser, render_lite(5, title="Lite", metrics=["a", "b", "c"]))
     try:
         wait_past(page, 800)
-        before = page.evaluate(CANVAS_SNAPSHOT_JS)
-        page.wait_for_timeout(SNAPSHOT_GAP_MS)
-        after = page.evaluate(CANVAS_SNAPSHOT_JS)
+        before, after = canvas_snapshots(page)
     finally:
         page.close()
     assert errors == [] and len(before) == 1 and before != after
