@@ -283,7 +283,9 @@ class Browser:
             handle_sigterm=False,
             handle_sighup=False,
         )
-        root = self._find_root()
+        root = find_root(self._marker)
+        if root is None:
+            logger.warning("could not find Chromium's root process; memory sampling is off")
         logger.info(
             "launched Chromium %s (pid %s, %s) in %.2fs",
             browser.version,
@@ -292,26 +294,6 @@ class Browser:
             time.monotonic() - started,
         )
         return _Chromium(browser, root)
-
-    def _find_root(self) -> psutil.Process | None:
-        # Debian's launchers are shell scripts; /usr/bin/chromium execs the browser, but
-        # /usr/bin/chromium-headless-shell runs it as a child. Either way the browser is the
-        # innermost process with our marker and no --type= (its children are the helpers).
-        found: list[psutil.Process] = []
-        parents: set[int] = set()
-        for process in psutil.Process().children(recursive=True):
-            try:
-                cmdline, parent = process.cmdline(), process.ppid()
-            except psutil.Error:
-                continue
-            if self._marker in cmdline and not any(a.startswith("--type=") for a in cmdline):
-                found.append(process)
-                parents.add(parent)
-        for process in found:
-            if process.pid not in parents:
-                return process
-        logger.warning("could not find Chromium's root process; memory sampling is off")
-        return None
 
     async def _shutdown(self) -> None:
         # Only our own tasks: Playwright's connection runs on this loop too and must stay up
@@ -342,3 +324,35 @@ def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
         loop.run_forever()
     finally:
         loop.close()
+
+
+def find_root(marker: str) -> psutil.Process | None:
+    """The browser process among this process's descendants that carry ``marker``.
+
+    Debian's launchers are shell scripts: /usr/bin/chromium execs the browser, but
+    /usr/bin/chromium-headless-shell runs it as a child, so the script carries the marker
+    too. The browser's helpers are started with ``--type=``, but a helper that is forked
+    and has not yet exec'd still shows the browser's own command line; it is told apart
+    by running the same binary as its parent. The browser is the innermost of what is left.
+
+    Args:
+        marker: The command-line switch the browser was launched with.
+
+    Returns:
+        The browser's root process, or None if none is found.
+    """
+    found: dict[int, tuple[psutil.Process, int, str]] = {}
+    for process in psutil.Process().children(recursive=True):
+        try:
+            cmdline = process.cmdline()
+            if marker in cmdline and not any(arg.startswith("--type=") for arg in cmdline):
+                found[process.pid] = (process, process.ppid(), process.exe())
+        except psutil.Error:
+            continue
+    launched = {
+        pid: ppid for pid, (_, ppid, exe) in found.items()
+        if ppid not in found or found[ppid][2] != exe
+    }
+    parents = set(launched.values())
+    innermost = [found[pid][0] for pid in launched if pid not in parents]
+    return innermost[0] if len(innermost) == 1 else None

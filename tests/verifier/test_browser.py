@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +23,7 @@ from verifier.browser import (
     Browser,
     BrowserUnavailable,
     default_executable,
+    find_root,
 )
 from verifier.page import measure_page
 from verifier.verdict import Verdict, judge
@@ -111,14 +114,18 @@ def test_crashed_tab_is_the_artifacts_failure(
     private_browser.measure(html, warmup_s=0.1, measure_s=0.2)
     root = private_browser.browser_pids()[0]
 
+    killed: list[int] = []
+
     def kill_renderers() -> None:
         for renderer in _renderers(private_browser):
             renderer.kill()
+            killed.append(renderer.pid)
 
     # When it is judged
     with on_loaded(kill_renderers):
         verdict = judge(html, browser=private_browser, retry_starved=False)
     # Then the page is blamed in the verdict, and the same browser measures the next page
+    assert killed
     assert verdict.failed == [
         "fps",
         "own_loop_share",
@@ -329,3 +336,44 @@ def test_default_executable(monkeypatch: pytest.MonkeyPatch) -> None:
         HEADLESS_SHELL_PATH if installed else DEFAULT_CHROMIUM_PATH)
     monkeypatch.setattr(verifier.browser, "HEADLESS_SHELL_PATH", "/nonexistent/shell")
     assert default_executable("headless") == DEFAULT_CHROMIUM_PATH
+
+
+#: A launcher script that runs its program as a child, as chromium-headless-shell's does.
+_LAUNCHER = '"$@"; exit'
+#: A browser stand-in: one helper forked and not yet exec'd, one exec'd with ``--type=``.
+_BROWSER = """
+import os, subprocess, sys
+marker = sys.argv[1]
+helper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()",
+                           marker, "--type=utility"], stdin=subprocess.PIPE)
+read, write = os.pipe()
+if os.fork() == 0:
+    os.close(write)
+    os.read(read, 1)
+    os._exit(0)
+print(helper.pid, flush=True)
+sys.stdin.read()
+os.close(write)
+helper.stdin.close()
+helper.wait()
+"""
+
+
+def test_find_root_skips_the_launcher_and_helpers_not_yet_exec_d() -> None:
+    # Given a launcher script running a browser whose helpers carry its marker
+    marker = "--swarm-browser=find-root-test"
+    command = ["/bin/sh", "-c", _LAUNCHER, "sh", sys.executable, "-c", _BROWSER, marker]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as launcher:
+        assert launcher.stdin is not None and launcher.stdout is not None
+        helper = int(launcher.stdout.readline())
+        # When its root is looked for
+        root = find_root(marker)
+        # Then it is the browser: not the script, the exec'd helper or the forked copy
+        assert root is not None
+        assert root.ppid() == launcher.pid
+        assert root.cmdline() == [sys.executable, "-c", _BROWSER, marker]
+        children = [child.pid for child in root.children()]
+        assert helper in children and len(children) == 2
+        launcher.stdin.close()
+    assert find_root(marker) is None
