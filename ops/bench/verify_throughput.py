@@ -49,8 +49,7 @@ TARGET_ARTIFACTS, TARGET_S = 100, 90.0
 #: Figures of one repetition that the summary takes the median of.
 MEDIAN_KEYS = ("wall_s", "per_min", "passed", "s_per_artifact", "slot_use", "cpu_s_per_artifact",
                "starved_retries", "fps_median", "fps_min", "not_judged", "peak_rss_mib",
-               "peak_pss_mib",
-               "end_rss_mib", "warmup_s")
+               "peak_pss_mib", "end_rss_mib", "warmup_s")
 
 
 def tree_cpu_s() -> float:
@@ -208,6 +207,12 @@ def build_name(chromium: str) -> str:
     return os.path.basename(chromium)
 
 
+def setting_name(setting: tuple[str, int]) -> str:
+    """A (binary, pages) setting as ``build/pages``, as the ratio column names its base."""
+    chromium, pages = setting
+    return f"{build_name(chromium)}/{pages}"
+
+
 def parse_pages(_ctx: object, _param: object, value: str) -> list[int]:
     """``1,2,3,4`` as a list of positive ints."""
     parts = [part.strip() for part in value.split(",") if part.strip()]
@@ -249,8 +254,7 @@ def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: 
           file=out, flush=True)
     target_s = TARGET_S * artifacts / TARGET_ARTIFACTS
     base = (chromiums[0], 1 if 1 in pages else pages[0])
-    base_label = f"{build_name(base[0])}/{base[1]}"
-    print(HEADER.format(base=base_label, target=target_s), file=out)
+    print(HEADER.format(base=setting_name(base), target=target_s), file=out)
     reps: dict[tuple[str, int], list[dict[str, Any]]] = {s: [] for s in settings}
     interrupted = False
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM as Ctrl-C
@@ -276,13 +280,12 @@ def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: 
     summary = {s: medians(r) for s, r in reps.items()}
     if base not in summary:
         base = next(iter(summary))
-        base_label = f"{build_name(base[0])}/{base[1]}"
     for m in summary.values():
         m["throughput_ratio"] = round(m["per_min"] / summary[base]["per_min"], 2)
         m["meets_target"] = m["wall_s"] <= target_s
     if as_json:
         print(json.dumps({"artifacts": artifacts, "repeat": repeat, "display": display,
-                          "min_fps": min_fps, "retries": retries, "baseline": base_label,
+                          "min_fps": min_fps, "retries": retries, "baseline": setting_name(base),
                           "target_s": target_s,
                           "load_start": load_start, "load_end": load_end,
                           "summary": [{"chromium": c, "pages": k, **m}
@@ -291,7 +294,7 @@ def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: 
         sys.exit(130 if interrupted else 0)
     print(f"\nmedians of the repetitions (reps), load average at end {load_end}; RSS-sum counts "
           "memory shared between Chromium's processes once per process, PSS-sum splits it")
-    print(HEADER.format(base=base_label, target=target_s))
+    print(HEADER.format(base=setting_name(base), target=target_s))
     for (c, k), m in summary.items():
         print(row(build_name(c), f"{k} (x{m['reps']})", m, n=artifacts, target_s=target_s))
     for (c, k), m in summary.items():
