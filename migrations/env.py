@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import engine_from_config, pool
 
 from worker.settings import Settings
-from worker.tables import metadata
+from worker.store.tables import metadata
 
 config = context.config
 

@@ -20,11 +20,11 @@ import redis
 from sqlalchemy import Engine, text
 
 from ops.fake_gemini import FakeGemini, FaultRule, SimConfig
-from worker.db import make_engine, migrate
-from worker.runtime import Runtime
+from worker.fleet.runtime import Runtime
 from worker.settings import Settings
-from worker.store import Dispatch
-from worker.tables import metadata
+from worker.store.engine import make_engine, migrate
+from worker.store.lifecycle import Dispatch
+from worker.store.tables import metadata
 
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -228,6 +228,6 @@ def fake_gemini() -> Iterator[Callable[..., FakeGemini]]:
 @pytest.fixture
 def app(settings: Settings) -> Any:
     """A Celery app (producer side) on the test broker and database."""
-    from worker import create_app
+    from worker.celery import create_app
 
     return create_app(settings)

@@ -8,13 +8,13 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from worker.db import utcnow
-from worker.model import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
-from worker.runs import RunConfig, create_run
-from worker.runtime import Runtime
+from worker.agent.runs import RunConfig, create_run
+from worker.fleet.runtime import Runtime
+from worker.models.base import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
 from worker.settings import Settings
-from worker.store import take_outbox
-from worker.tables import artifact_versions, artifacts, events, sessions, usage
+from worker.store.engine import utcnow
+from worker.store.lifecycle import take_outbox
+from worker.store.tables import artifact_versions, artifacts, events, sessions, usage
 
 _seeds = itertools.count(1000)
 
@@ -95,7 +95,7 @@ def page(marker: str = "v1") -> str:
 
 def run_script(rt: Runtime, session_id: int, turns: list[ModelTurn]) -> list[str]:
     """Run turns 0..n-1 of a session in-process with a scripted model; returns outcomes."""
-    from worker.turn import run_turn
+    from worker.agent.turn import run_turn
 
     model = ScriptedModel(turns)
     return [run_turn(rt=rt, session_id=session_id, turn_no=n, model=model).value

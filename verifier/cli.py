@@ -14,7 +14,7 @@ import click
 from pydantic import ValidationError
 
 from verifier.browser import Browser, BrowserUnavailable, DisplayMode
-from verifier.verdict import DEFAULT_MIN_FPS, Verdict, judge
+from verifier.judge import DEFAULT_MIN_FPS, Verdict, judge
 from worker.settings import Settings
 
 __all__ = ["EXIT_FAILED", "EXIT_PASSED", "EXIT_UNJUDGED", "cli"]

@@ -9,8 +9,8 @@ from celery import shared_task
 from celery.signals import worker_shutdown
 
 from verifier.verify import close_browser, shared_browser, verify_handoff
-from worker.app import VERIFY_TASK
 from worker.errors import BrowserUnavailable
+from worker.fleet.dispatch import VERIFY_TASK
 
 logger = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from verifier.browser import Browser, default_executable
-from verifier.verdict import judge
+from verifier.judge import judge
+from worker.agent.verdicts import VerdictIn, load_handoff, record_verdict
 from worker.errors import ConfigError
-from worker.runtime import Runtime
+from worker.fleet.runtime import Runtime
 from worker.settings import Settings
-from worker.verdicts import VerdictIn, load_handoff, record_verdict
 
 logger = logging.getLogger(__name__)
 

@@ -1,10 +1,5 @@
-"""Swarm's core: the Celery app, the turn loop, tools, models and the store.
+"""Swarm's core: the agent's turn loop, the models, the store and the fleet's threads.
 
-``celery -A worker worker`` finds :data:`app` here.
+Importing it loads nothing: no Celery, no model SDK. ``celery -A worker`` finds the app in
+:mod:`worker.celery`.
 """
-
-from __future__ import annotations
-
-from worker.app import app, create_app
-
-__all__ = ["app", "create_app"]

@@ -1,8 +1,9 @@
 # ruff: noqa: T201
 """Throughput of the verifier: sim artifacts judged through one shared Chromium.
 
-Measures, for ``--artifacts`` pages from :func:`worker.dashboards.render_dashboard` (distinct
-seeds, the pages the ``sim`` model authors) judged with :func:`verifier.verdict.judge` on one
+Measures, for ``--artifacts`` pages from
+:func:`worker.models.sim.dashboards.render_dashboard` (distinct seeds, the pages the ``sim``
+model authors) judged with :func:`verifier.judge.judge` on one
 :class:`verifier.browser.Browser` per repetition: wall time, artifacts per minute, verdicts
 passed (and which checks failed), median seconds per artifact, the page fps (median and
 minimum), and the peak memory of Chromium's process tree (sum of RSS, and sum of PSS, over
@@ -38,10 +39,10 @@ import click
 import psutil
 
 from verifier.browser import Browser, BrowserUnavailable, DisplayMode, default_executable
+from verifier.judge import Verdict, judge
 from verifier.tasks import MAX_STARVED_RETRIES
-from verifier.verdict import Verdict, judge
-from worker.dashboards import render_dashboard
 from worker.errors import RendererStarved
+from worker.models.sim.dashboards import render_dashboard
 
 MIB = 1024 * 1024
 #: The target: this many artifacts in at most TARGET_S seconds (scaled to ``--artifacts``).

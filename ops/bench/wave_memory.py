@@ -38,13 +38,13 @@ import redis
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from scheduler.follow import until_finished
-from worker import create_app
-from worker.db import migrate, require_migrated, utcnow
-from worker.runs import RunConfig, WaveSpec, create_run
-from worker.runtime import Runtime
+from scheduler.cli.follow import until_finished
+from worker.agent.runs import RunConfig, WaveSpec, create_run
+from worker.celery import create_app
+from worker.fleet.runtime import Runtime
 from worker.settings import Settings
-from worker.status import run_status
+from worker.store.engine import migrate, require_migrated, utcnow
+from worker.store.queries import run_status
 
 #: The server's maintenance database, where the bench creates and drops its own.
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

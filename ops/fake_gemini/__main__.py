@@ -9,8 +9,8 @@ import click
 
 from ops.fake_gemini.faults import Fault, FaultRule
 from ops.fake_gemini.server import FakeGemini, SimConfig
+from worker.agent.runs import RunConfig, parse_mix
 from worker.errors import InputError
-from worker.runs import RunConfig, parse_mix
 
 
 def _faults(_: click.Context, __: click.Parameter, values: tuple[str, ...]) -> list[FaultRule]:

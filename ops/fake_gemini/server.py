@@ -32,8 +32,8 @@ from ops.fake_gemini.faults import (
     rate_limit_body,
     server_error_body,
 )
-from worker.model import TokenUsage
-from worker.sim import MIN_CACHED_TOKENS, SimModel, flaw_for, persona_for
+from worker.models.base import TokenUsage
+from worker.models.sim.model import MIN_CACHED_TOKENS, SimModel, flaw_for, persona_for
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 from google.genai import types
 from pydantic import ValidationError
 
-from worker.model import Content, ModelRequest, TokenUsage, ToolSpec
+from worker.models.base import Content, ModelRequest, TokenUsage, ToolSpec
 
 #: Characters per token when the fake counts tokens.
 CHARS_PER_TOKEN = 4

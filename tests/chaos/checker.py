@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import CompoundSelect, Engine, Select, and_, func, literal_column, or_, select
 from sqlalchemy.engine import Connection
 
-from worker.tables import (
+from worker.store.tables import (
     TERMINAL,
     artifact_versions,
     artifacts,

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from scheduler.cli import cli
 from tests.chaos.checker import RunFigures
 from tests.chaos.services import PrivateCluster, PrivateRedis
-from worker.db import migrate
+from worker.store.engine import migrate
 
 #: Worker settings that make a dead worker's turns come back within seconds. The lease
 #: must outlive the limiter wait plus the model timeout (Settings checks it); the sim model

@@ -1,6 +1,6 @@
 """Watching a run from the database while faults are injected into it.
 
-Unlike :func:`scheduler.follow.until_finished`, these helpers poll with short-lived
+Unlike :func:`scheduler.cli.follow.until_finished`, these helpers poll with short-lived
 connections and ride out a database that is restarting, and let the caller act on every
 tick (a supervisor restarting dead workers, say).
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from sqlalchemy import Engine, and_, func, select
 from sqlalchemy.exc import OperationalError
 
-from worker.tables import runs, sessions, usage
+from worker.store.tables import runs, sessions, usage
 
 #: Seconds between two looks at the database.
 POLL_S = 0.1

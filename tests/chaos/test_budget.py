@@ -12,12 +12,12 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine, func, select
 
-from scheduler.follow import until_finished
+from scheduler.cli.follow import until_finished
 from tests.chaos.checker import check_run
 from tests.chaos.conftest import RUN_TIMEOUT_S
 from tests.conftest import WorkerProcess
 from worker.settings import Settings
-from worker.tables import runs, sessions, usage
+from worker.store.tables import runs, sessions, usage
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow]
 

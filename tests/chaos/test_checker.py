@@ -10,9 +10,9 @@ from sqlalchemy import delete, insert, select, update
 
 from tests.chaos.checker import RunFigures, check_run
 from tests.factories import call, make_run, model_turn, page, run_script
-from worker.db import utcnow
-from worker.runtime import Runtime
-from worker.tables import artifact_versions, events, usage
+from worker.fleet.runtime import Runtime
+from worker.store.engine import utcnow
+from worker.store.tables import artifact_versions, events, usage
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services]
 

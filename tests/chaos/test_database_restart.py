@@ -22,8 +22,8 @@ from tests.chaos.progress import (
 )
 from tests.chaos.services import PrivateCluster
 from tests.conftest import WorkerProcess
-from worker.db import make_engine
 from worker.settings import Settings
+from worker.store.engine import make_engine
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow]
 

@@ -25,14 +25,14 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.factories import ScriptedModel, call, make_run, model_turn, page, run_script
-from worker.db import utcnow
+from worker.agent.profiles import get_profile
+from worker.agent.tools import ToolContext, run_tool
+from worker.agent.turn import run_turn
 from worker.errors import ToolError
-from worker.model import FunctionCall
-from worker.profiles import get_profile
-from worker.runtime import Runtime
-from worker.tables import artifact_versions, events
-from worker.tools import ToolContext, run_tool
-from worker.turn import run_turn
+from worker.fleet.runtime import Runtime
+from worker.models.base import FunctionCall
+from worker.store.engine import utcnow
+from worker.store.tables import artifact_versions, events
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services]
 

@@ -23,12 +23,12 @@ from tests.chaos.conftest import FAST_RECOVERY_ENV
 from tests.chaos.progress import wait_until
 from tests.conftest import RecordingDispatcher, WorkerProcess
 from tests.factories import ScriptedModel, call, make_run, model_turn, page
-from worker.db import make_engine
-from worker.model import ModelRequest, ModelTurn
-from worker.runtime import Runtime
+from worker.agent.turn import run_turn
+from worker.fleet.runtime import Runtime
+from worker.models.base import ModelRequest, ModelTurn
 from worker.settings import Settings
-from worker.tables import TERMINAL, metadata, sessions
-from worker.turn import run_turn
+from worker.store.engine import make_engine
+from worker.store.tables import TERMINAL, metadata, sessions
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services]
 
@@ -117,7 +117,7 @@ def stale_worker(settings: Settings) -> Iterator[Callable[[ModelTurn], StaleWork
 
     yield make
     for worker in made:
-        worker.model.release.set()
+        worker.models.base.release.set()
         if worker.thread is not None:
             worker.thread.join(TAKEOVER_TIMEOUT_S)
         worker.rt.engine.dispose()

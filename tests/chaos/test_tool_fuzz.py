@@ -4,8 +4,8 @@ Calls are made of anything a model can send as JSON: unknown and misspelt tools,
 wrongly typed and huge arguments, path-like names, and the names and ids of another
 session's artifacts. Each one must come back as a tool error or a valid result (never
 another exception), and none may touch another session. A first batch calls
-:func:`worker.tools.run_tool` directly, each call in its own committed transaction; a
-smaller batch goes through whole turns (:func:`worker.turn.run_turn`), so the model event,
+:func:`worker.agent.tools.run_tool` directly, each call in its own committed transaction; a
+smaller batch goes through whole turns (:func:`worker.agent.turn.run_turn`), so the model event,
 the loop guard and the commit see the same inputs.
 
 Two kinds of text are left out of the generated strings, on purpose: NaN and infinities
@@ -31,14 +31,14 @@ from sqlalchemy import Engine, select, text
 from tests.chaos.checker import check_run
 from tests.factories import ScriptedModel, call, make_run, model_turn, page
 from verifier.verify import verify_handoff
-from worker.db import utcnow
+from worker.agent.profiles import get_profile
+from worker.agent.tools import NAME_PATTERN, TOOLS, ToolContext, run_tool
+from worker.agent.turn import run_turn
 from worker.errors import ToolError
-from worker.model import FunctionCall
-from worker.profiles import get_profile
-from worker.runtime import Runtime
-from worker.tables import TERMINAL, sessions
-from worker.tools import NAME_PATTERN, TOOLS, ToolContext, run_tool
-from worker.turn import run_turn
+from worker.fleet.runtime import Runtime
+from worker.models.base import FunctionCall
+from worker.store.engine import utcnow
+from worker.store.tables import TERMINAL, sessions
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services]
 

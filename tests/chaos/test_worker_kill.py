@@ -10,13 +10,13 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine, and_, func, or_, select
 
-from scheduler.follow import until_finished
+from scheduler.cli.follow import until_finished
 from tests.chaos.checker import check_run
 from tests.chaos.conftest import FAST_RECOVERY_ENV, RUN_TIMEOUT_S
 from tests.chaos.progress import turns_committed
 from tests.conftest import WorkerProcess
 from worker.settings import Settings
-from worker.tables import sessions
+from worker.store.tables import sessions
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow]
 

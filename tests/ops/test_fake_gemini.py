@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from ops.fake_gemini import FakeGemini
 from ops.fake_gemini.__main__ import main
-from worker.prompt import brief_message, make_brief
+from worker.agent.prompt import brief_message, make_brief
 
 
 def _post(url: str, body: Any, *, key: str | None = "k") -> tuple[int, Any]:

@@ -28,13 +28,13 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import Engine, select
 
-from scheduler.follow import until_finished
+from scheduler.cli.follow import until_finished
 from tests.conftest import ROOT, WorkerProcess, service_env
 from tests.factories import enqueue
 from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
 from verifier.png import png_is_blank
 from worker.settings import Settings
-from worker.tables import sessions
+from worker.store.tables import sessions
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.browser]
 

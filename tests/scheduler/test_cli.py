@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from scheduler.cli import EXIT_USAGE, cli
+from scheduler.cli.commands import EXIT_USAGE, cli
 from tests.conftest import ROOT
 
 

@@ -12,12 +12,12 @@ from sqlalchemy import Engine, select
 
 from scheduler.cli import cli
 from tests.conftest import WorkerProcess
-from worker.db import utcnow
+from worker.agent.ladders import create_ladder, parse_tiers
+from worker.agent.runs import RunConfig
 from worker.errors import InputError
-from worker.ladders import create_ladder, parse_tiers
-from worker.runs import RunConfig
 from worker.settings import Settings
-from worker.tables import ladders, outbox, runs, sessions
+from worker.store.engine import utcnow
+from worker.store.tables import ladders, outbox, runs, sessions
 
 pytestmark = pytest.mark.services
 

@@ -17,16 +17,16 @@ from click.testing import CliRunner, Result
 from sqlalchemy import Engine, func, insert, select, update
 
 from scheduler.cli import cli
-from scheduler.figures import Target
-from scheduler.follow import until_finished
+from scheduler.cli.follow import until_finished
+from scheduler.report.figures import Target
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue, make_run
 from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
 from verifier.png import png_is_blank
-from worker.db import utcnow
 from worker.errors import InputError
 from worker.settings import Settings
-from worker.tables import events, ladders, runs, samples, sessions, usage
+from worker.store.engine import utcnow
+from worker.store.tables import events, ladders, runs, samples, sessions, usage
 
 #: Seconds a whole run in these tests may take.
 RUN_TIMEOUT_S = 180
@@ -38,7 +38,7 @@ HOST = "report-test-host"
 def report(settings: Settings, *args: str) -> Result:
     """Run ``report`` in-process with the settings the CLI group would have built."""
     # The command is registered on the CLI group elsewhere; invoke it on its own here.
-    from scheduler.report import report as command
+    from scheduler.report.text import report as command
 
     return CliRunner().invoke(command, list(args), obj=settings)
 

@@ -25,8 +25,8 @@ from verifier.browser import (
     default_executable,
     find_root,
 )
+from verifier.judge import Verdict, judge
 from verifier.page import measure_page
-from verifier.verdict import Verdict, judge
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from verifier.browser import Browser
-from verifier.verdict import judge
+from verifier.judge import judge
 
 logger = logging.getLogger(__name__)
 

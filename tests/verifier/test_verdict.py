@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from verifier.judge import Verdict, browser_checks, judge, starved
 from verifier.page import BrowserReport
-from verifier.verdict import Verdict, browser_checks, judge, starved
 from worker.errors import RendererStarved
 
 HEALTHY = BrowserReport(

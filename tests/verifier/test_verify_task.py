@@ -11,18 +11,18 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from scheduler.cli import cli
-from scheduler.follow import until_finished
+from scheduler.cli.follow import until_finished
 from tests.conftest import WorkerProcess
 from tests.factories import ScriptedModel, call, make_run, model_turn, run_script
 from tests.verifier.test_browser import on_loaded
 from verifier.browser import Browser
 from verifier.verify import verify_handoff
-from worker.dashboards import render_dashboard
+from worker.agent.turn import run_turn
 from worker.errors import BrowserUnavailable
-from worker.runtime import Runtime
-from worker.sim import flaw_for
-from worker.tables import events, sessions, verifications
-from worker.turn import run_turn
+from worker.fleet.runtime import Runtime
+from worker.models.sim.dashboards import render_dashboard
+from worker.models.sim.model import flaw_for
+from worker.store.tables import events, sessions, verifications
 
 pytestmark = [pytest.mark.services, pytest.mark.browser]
 BROWSER_ONLY_FLAWS = {"js_error", "static_canvas"}

@@ -1,0 +1,5 @@
+"""``python -m scheduler``: the command line."""
+
+from scheduler.cli.commands import cli, main
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,268 @@
+"""``python -m scheduler``: migrate, enqueue, run (embedded), ladder, status, report, cancel,
+resume."""
+
+from __future__ import annotations
+
+import json
+import logging.config
+import sys
+from contextlib import nullcontext
+from typing import Any
+
+import click
+import kombu.exceptions
+import sqlalchemy.exc
+from rich.console import Console
+from sqlalchemy.engine import make_url
+
+from scheduler.cli.embedded import embedded_worker
+from scheduler.cli.follow import until_finished
+from scheduler.cli.options import LadderRequest, RunRequest, run_options
+from scheduler.cli.views import ladder_view, status_view
+from scheduler.report.figures import Target
+from scheduler.report.text import report
+from worker.agent.runs import WaveSpec
+from worker.celery import create_app
+from worker.errors import SwarmError
+from worker.models.registry import GEMINI_PREFIX, Providers
+from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
+from worker.store.control import cancel_ladder, cancel_run, resume_run
+from worker.store.engine import make_engine, migrate, require_migrated, utcnow
+from worker.store.queries import latest_run_id, run_status, session_rows
+
+#: The command did what was asked.
+EXIT_OK = 0
+#: The run ended, but not every session succeeded.
+EXIT_RUN_INCOMPLETE = 1
+#: Bad input: options, ids, configuration.
+EXIT_USAGE = 2
+#: A service (database, broker) could not be used.
+EXIT_UNAVAILABLE = 3
+
+logger = logging.getLogger(__name__)
+
+
+def _configure_logging(verbose: int) -> None:
+    level = ("WARNING", "INFO", "DEBUG")[min(verbose, 2)]
+    logging.config.dictConfig({
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain",
+                                "stream": "ext://sys.stderr"}},
+        "root": {"level": level, "handlers": ["stderr"]},
+    })
+
+
+@click.group()
+@click.option("--database-url", envvar="SWARM_DATABASE_URL", help="SQLAlchemy URL "
+              "[env SWARM_DATABASE_URL; default: the embedded SQLite file swarm.db].")
+@click.option("--broker-url", envvar="SWARM_BROKER_URL",
+              help="Celery broker URL [env SWARM_BROKER_URL].")
+@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
+@click.pass_context
+def cli(ctx: click.Context, database_url: str | None, broker_url: str | None,
+        verbose: int) -> None:
+    """Run fleets of agent sessions in waves and see what they cost."""
+    _configure_logging(verbose)
+    overrides = {k: v for k, v in (("database_url", database_url),
+                                    ("broker_url", broker_url)) if v}
+    ctx.obj = Settings(**overrides)  # type: ignore[arg-type]
+
+
+def _print_status(status: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+    else:
+        Console().print(status_view(status))
+
+
+def _exit_code(status: dict[str, Any]) -> int:
+    sessions = status["sessions"]
+    return EXIT_OK if sessions["succeeded"] == sessions["total"] else EXIT_RUN_INCOMPLETE
+
+
+@cli.command("migrate")
+@click.pass_obj
+def migrate_cmd(settings: Settings) -> None:
+    """Bring the configured database to the latest schema revision."""
+    migrate(settings.database_url)
+    click.echo(f"database at the latest revision ({_safe_url(settings.database_url)})")
+
+
+@cli.command()
+@run_options()
+@click.option("--follow", is_flag=True, help="Show a live progress bar until the run ends.")
+@click.pass_obj
+def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool) -> None:
+    """Create a run and dispatch its first wave to the workers."""
+    rt = create_app(settings).runtime
+    try:
+        require_migrated(rt.engine)
+        run_id = request.create(rt)
+        config = request.config
+        click.echo(f"run {run_id}: {config.waves} ({WaveSpec.parse(config.waves).total} "
+                   f"sessions), model {request.model}, profile {request.profile}, seed "
+                   f"{config.seed}; wave 1 dispatched", err=as_json)
+        if not follow:
+            return
+        status = until_finished(rt.engine, run_id, show=not as_json)
+    finally:
+        rt.engine.dispose()
+    _print_status(status, as_json=as_json)
+    sys.exit(_exit_code(status))
+
+
+@cli.command()
+@run_options()
+@click.option("--database", default=DEFAULT_DATABASE_URL, show_default=True,
+              help="The embedded SQLite database.")
+@click.pass_obj
+def run(settings: Settings, request: RunRequest, as_json: bool, database: str) -> None:
+    """Run a swarm in this process: no Redis or PostgreSQL needed."""
+    embedded = settings.model_copy(update={"database_url": database,
+                                           "broker_url": DEFAULT_BROKER_URL})
+    migrate(embedded.database_url)
+    app = create_app(embedded)
+    rt = app.runtime
+    size = WaveSpec.parse(request.config.waves).size
+    try:
+        with embedded_worker(app, concurrency=min(size, 100)):
+            run_id = request.create(rt)
+            status = until_finished(rt.engine, run_id, show=not as_json)
+    finally:
+        rt.engine.dispose()
+    _print_status(status, as_json=as_json)
+    sys.exit(_exit_code(status))
+
+
+@cli.command()
+@run_options(ladder=True)
+@click.option("--detach", is_flag=True, help="Dispatch the first tier to the workers and "
+              "return (with a broker; the tiers still run one after the other).")
+@click.pass_obj
+def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bool) -> None:
+    """Run the tiers one after the other, once per profile, and compare them.
+
+    With the embedded default (no broker configured) the ladder runs in this process;
+    with a broker the workers run it and this command follows it.
+    """
+    embedded = settings.is_embedded
+    if embedded:
+        migrate(settings.database_url)
+    app = create_app(settings)
+    rt = app.runtime
+    size = max(WaveSpec.parse(t).size for t in request.tiers)
+    try:
+        require_migrated(rt.engine)
+        with embedded_worker(app, concurrency=min(size, 100)) if embedded else nullcontext():
+            ladder_id, run_ids = request.create(rt)
+            click.echo(f"ladder L{ladder_id}: {len(request.tiers)} tiers "
+                       f"({', '.join(request.tiers)}) x {len(request.profiles)} profiles "
+                       f"({', '.join(request.profiles)}), model {request.model}, seed "
+                       f"{request.config.seed}", err=as_json)
+            if detach and not embedded:
+                return
+            statuses = [until_finished(rt.engine, run_id, show=not as_json)
+                        for run_id in run_ids]
+    finally:
+        rt.engine.dispose()
+    if as_json:
+        click.echo(json.dumps({"ladder": ladder_id, "runs": statuses}, indent=2))
+    else:
+        Console().print(ladder_view(statuses))
+        click.echo(f"figures: python -m scheduler report L{ladder_id} [--html report.html]")
+    incomplete = any(_exit_code(s) != EXIT_OK for s in statuses)
+    sys.exit(EXIT_RUN_INCOMPLETE if incomplete else EXIT_OK)
+
+
+@cli.command()
+@click.argument("run_id", required=False, type=int)
+@click.option("--sessions", "with_sessions", is_flag=True, help="List every session too.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_obj
+def status(settings: Settings, run_id: int | None, with_sessions: bool, as_json: bool) -> None:
+    """Show a run's waves, sessions, artifacts, errors, tokens and cost (default: latest)."""
+    engine = make_engine(settings)
+    try:
+        require_migrated(engine)
+        with engine.connect() as conn:
+            run_id = run_id if run_id is not None else latest_run_id(conn)
+            if run_id is None:
+                raise click.ClickException("no runs yet")
+            status = run_status(conn, run_id)
+            if status["model"].startswith(GEMINI_PREFIX) and not settings.is_embedded:
+                status["limiter"] = Providers(settings).limiter_status(status["model"])
+            if with_sessions:
+                status["session_list"] = session_rows(conn, run_id)
+    finally:
+        engine.dispose()
+    _print_status(status, as_json=as_json)
+
+
+@cli.command()
+@click.argument("run_or_ladder")
+@click.pass_obj
+def cancel(settings: Settings, run_or_ladder: str) -> None:
+    """Cancel a run (12) or a ladder (L3): no new turn, wave or tier starts; turns in flight
+    finish and are recorded."""
+    target = Target.parse(run_or_ladder)
+    engine = make_engine(settings)
+    try:
+        require_migrated(engine)
+        with engine.begin() as conn:
+            if target.kind == "ladder":
+                done = cancel_ladder(conn, ladder_id=target.id, now=utcnow())
+            else:
+                done = cancel_run(conn, run_id=target.id, now=utcnow())
+    finally:
+        engine.dispose()
+    what = f"ladder {target}" if target.kind == "ladder" else f"run {target}"
+    click.echo(f"{what} cancelled: {done.ended} sessions ended now, {done.in_flight} "
+               "end after the turn they have in flight")
+
+
+@cli.command()
+@click.argument("run_id", type=int)
+@click.pass_obj
+def resume(settings: Settings, run_id: int) -> None:
+    """Dispatch again every session of a run that has not ended (after an outage, a cancel)."""
+    rt = create_app(settings).runtime
+    try:
+        require_migrated(rt.engine)
+        with rt.engine.begin() as conn:
+            dispatches = resume_run(conn, run_id=run_id, now=utcnow())
+        sent = rt.send_all(dispatches)
+    finally:
+        rt.engine.dispose()
+    turns = sum(1 for d in dispatches if d.kind == "turn")
+    click.echo(f"run {run_id} resumed: {turns} turns and {len(dispatches) - turns} "
+               f"verifications dispatched ({sent} sent)")
+
+
+cli.add_command(report)
+
+
+def _safe_url(url: str) -> str:
+    # Never echo a password.
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def main() -> None:
+    """Entry point: map project errors to clear messages and exit codes."""
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(EXIT_RUN_INCOMPLETE)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
+    except SwarmError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except SystemExit:
+        raise
+    except (OSError, sqlalchemy.exc.OperationalError, kombu.exceptions.OperationalError) as exc:
+        click.echo(f"error: a service is unreachable: {str(exc).splitlines()[0]}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)

@@ -1,0 +1,245 @@
+"""Static artifact checks: each check passing and failing on small inline pages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from worker.agent.checks import Check, passed, static_checks
+
+GOOD_SCRIPT = """
+const c = document.getElementById('c');
+const ctx = c.getContext('2d');
+function frame(t) { ctx.fillRect(0, 0, t % 100, 10); requestAnimationFrame(frame); }
+requestAnimationFrame(frame);
+"""
+
+
+def page(body: str = "", *, script: str = GOOD_SCRIPT, head: str = "") -> str:
+    """A minimal standalone page that passes every check unless told otherwise."""
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'>{head}</head><body>"
+        f"<canvas id='c'></canvas>{body}<script>{script}</script></body></html>"
+    )
+
+
+def by_name(html: str, **kwargs: int) -> dict[str, Check]:
+    return {check.name: check for check in static_checks(html, **kwargs)}
+
+
+def external(html: str) -> Check:
+    return by_name(html)["no_external_url"]
+
+
+def test_clean_page_passes_every_check_in_order() -> None:
+    # Given a small self-contained animated canvas page
+    html = page()
+
+    # When it is checked
+    checks = static_checks(html)
+
+    # Then all four checks are present, in order, and pass
+    assert [c.name for c in checks] == ["size", "canvas_2d", "raf_loop", "no_external_url"]
+    assert passed(checks)
+    assert all(c.detail for c in checks)
+    assert json.dumps([c.value for c in checks])
+
+
+def test_all_checks_present_even_when_everything_fails() -> None:
+    checks = static_checks("")
+
+    assert [c.name for c in checks] == ["size", "canvas_2d", "raf_loop", "no_external_url"]
+    assert [c.passed for c in checks] == [False, False, False, True]
+    assert not passed(checks)
+
+
+def test_passed_is_false_when_any_check_fails() -> None:
+    ok = Check("a", True, 1, "fine")
+    bad = Check("b", False, 0, "broken")
+
+    assert passed([ok, ok])
+    assert not passed([ok, bad])
+
+
+def test_size_counts_utf8_bytes() -> None:
+    html = page("<p>µ°</p>")
+
+    check = by_name(html)["size"]
+
+    assert check.value == len(html.encode("utf-8")) > len(html)
+    assert check.passed
+
+
+def test_size_fails_over_the_limit_and_says_by_how_much() -> None:
+    html = page("<!--" + "x" * 2000 + "-->")
+
+    check = by_name(html, max_bytes=1000)["size"]
+
+    assert not check.passed
+    assert "1000" in check.detail
+    assert str(len(html) - 1000) in check.detail
+
+
+def test_size_at_the_limit_passes() -> None:
+    html = page()
+
+    assert by_name(html, max_bytes=len(html))["size"].passed
+    assert not by_name(html, max_bytes=len(html) - 1)["size"].passed
+
+
+def test_empty_page_fails_size() -> None:
+    check = by_name("")["size"]
+
+    assert (check.passed, check.value) == (False, 0)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "const ctx = c.getContext('2d');",
+        'const ctx = c.getContext("2d");',
+        "const ctx = c.getContext( `2d` );",
+        "const ctx = c.getContext(\n  '2d', { alpha: false });",
+    ],
+)
+def test_canvas_2d_accepts_any_quote_and_whitespace(script: str) -> None:
+    check = by_name(page(script=script + " requestAnimationFrame(f);"))["canvas_2d"]
+
+    assert check.passed
+    assert check.value is True
+
+
+def test_canvas_2d_accepts_a_canvas_created_from_script() -> None:
+    script = "const c = document.createElement('canvas'); const x = c.getContext('2d');"
+    html = f"<html><body><script>{script}</script></body></html>"
+
+    assert by_name(html)["canvas_2d"].passed
+
+
+def test_canvas_2d_fails_without_a_2d_context() -> None:
+    check = by_name(page(script="const gl = c.getContext('webgl'); requestAnimationFrame(f);"))[
+        "canvas_2d"
+    ]
+
+    assert not check.passed
+    assert check.value is False
+    assert "getContext('2d')" in check.detail
+
+
+def test_canvas_2d_fails_without_a_canvas_element() -> None:
+    html = "<html><body><div></div><script>x.getContext('2d')</script></body></html>"
+
+    check = by_name(html)["canvas_2d"]
+
+    assert not check.passed
+    assert "<canvas>" in check.detail
+
+
+def test_raf_loop_passes_and_fails() -> None:
+    timer = "const ctx = c.getContext('2d'); setInterval(() => ctx.fillRect(0, 0, 1, 1), 16);"
+
+    assert by_name(page())["raf_loop"].value is True
+    check = by_name(page(script=timer))["raf_loop"]
+    assert not check.passed
+    assert "setInterval" in check.detail
+
+
+@pytest.mark.parametrize(
+    ("snippet", "expected"),
+    [
+        ('<script src="https://cdn.example.com/chart.js"></script>', "https://cdn.example.com"),
+        ("<img src=http://example.com/a.png>", "http://example.com/a.png"),
+        ('<script src="//cdn.example.com/x.js"></script>', "//cdn.example.com/x.js"),
+        ("<img src=//cdn/x.png>", "//cdn/x.png"),
+        ('<a href="ftp://files.example.com/data.csv">data</a>', "ftp://files.example.com"),
+        ("<style>body{background:url(https://x.example/bg.png)}</style>", "https://x.example"),
+        ("<style>body{background:url( '//x.example/bg.png' )}</style>", "//x.example/bg.png"),
+        ('<style>@import "https://fonts.example.com/a.css";</style>', "https://fonts.example"),
+        ('<style>@import "//fonts.example.com/a.css";</style>', "//fonts.example.com"),
+        ("<style>@import url(//fonts.example.com/a.css);</style>", "//fonts.example.com"),
+        ("<style>@import url('https://f.example/a.css');</style>", "https://f.example/a.css"),
+        ("<script>fetch('https://api.example.com/metrics')</script>", "https://api.example.com"),
+        ('<script>fetch("//api.example.com/metrics")</script>', "//api.example.com/metrics"),
+        ("<script>import('https://esm.sh/d3')</script>", "https://esm.sh/d3"),
+        (
+            '<script type="module">import * as d3 from "https://cdn.skypack.dev/d3";</script>',
+            "https://cdn.skypack.dev/d3",
+        ),
+        ("<script>const s = new WebSocket(url);</script>", "new WebSocket(url)"),
+        ("<script>new WebSocket('wss://feed.example.com')</script>", "wss://feed.example.com"),
+        ("<script>new EventSource('https://sse.example.com/s')</script>", "https://sse.example"),
+        (
+            "<script>const x = new XMLHttpRequest(); x.open('GET', 'http://a.example/m');</script>",
+            "http://a.example/m",
+        ),
+        ("<script>x.open('GET', '//a.example/m')</script>", "//a.example/m"),
+        (
+            "<script>navigator.sendBeacon('/log', data)</script>",
+            "navigator.sendBeacon('/log', data)",
+        ),
+        ('<link rel="preconnect" href="https://fonts.gstatic.com">', "https://fonts.gstatic.com"),
+        ("<link rel=dns-prefetch href=//cdn.example.com>", "//cdn.example.com"),
+        ('<link rel="stylesheet" href="http://example.com/s.css">', "http://example.com/s.css"),
+        ('<iframe src="https://example.com/embed"></iframe>', "https://example.com/embed"),
+        ("<!-- data from https://metrics.example.com/feed -->", "https://metrics.example.com"),
+        ("<video poster='HTTPS://EXAMPLE.COM/P.PNG'></video>", "HTTPS://EXAMPLE.COM/P.PNG"),
+    ],
+)
+def test_no_external_url_flags_every_remote_form(snippet: str, expected: str) -> None:
+    # Given a page that loads (or could load) something from the network
+    html = page(snippet)
+
+    # When it is checked
+    check = external(html)
+
+    # Then the check fails and names the offending reference
+    assert not check.passed
+    assert isinstance(check.value, list)
+    assert any(expected in found for found in check.value), check.value
+    assert "inline" in check.detail
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "<p>HTTP 5xx rate</p><p>http errors per second; https handshakes</p>",
+        "<script>const label = 'HTTP 5xx rate'; // http: shown in the legend</script>",
+        '<img src="data:image/png;base64,iVBORw0KGgo=">',
+        "<style>body{background:url(data:image/svg+xml;utf8,%3Csvg%3E%3C/svg%3E)}</style>",
+        "<style>@font-face{font-family:X;src:url('data:font/woff2;base64,AAAA')}</style>",
+        '<script>const u = URL.createObjectURL(b); img.src = "blob:" + u;</script>',
+        '<a href="#gauges">gauges</a><a href="./help.html">help</a>',
+        "<script>// draw loop\nconst s = '// TODO';</script>",
+        '<svg xmlns="http://www.w3.org/2000/svg"><rect/></svg>',
+        "<script>document.createElementNS('http://www.w3.org/2000/svg', 'svg')</script>",
+        "<script>fetch('data:application/json,{}')</script>",
+    ],
+)
+def test_no_external_url_allows_inline_and_same_document_references(snippet: str) -> None:
+    check = external(page(snippet))
+
+    assert check.passed, check.value
+    assert check.value == []
+
+
+def test_no_external_url_reports_a_sorted_capped_truncated_list() -> None:
+    # Given many distinct remote URLs, one of them very long
+    links = "".join(f'<img src="https://h{i:02d}.example.com/a.png">' for i in range(30))
+    long_url = "https://long.example.com/" + "p" * 300
+
+    # When the page is checked
+    check = external(page(links + f'<img src="{long_url}">'))
+
+    # Then at most 20 are reported, sorted, each at most 120 characters
+    assert isinstance(check.value, list)
+    assert len(check.value) == 20
+    assert check.value == sorted(check.value)
+    assert all(len(found) <= 120 for found in check.value)
+    assert "https://h00.example.com/a.png" in check.detail
+
+
+def test_no_external_url_reports_a_repeated_url_once() -> None:
+    html = page('<img src="https://a.example/x.png"><img src="https://a.example/x.png">')
+
+    assert external(html).value == ["https://a.example/x.png"]

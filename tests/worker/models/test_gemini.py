@@ -1,0 +1,180 @@
+"""The Gemini provider through the real google-genai SDK, against the fake Gemini API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from google.genai import errors, types
+
+from ops.fake_gemini import FakeGemini, Fault, FaultRule
+from worker.agent.profiles import get_profile
+from worker.agent.prompt import brief_message, build_prefix, make_brief
+from worker.errors import ModelFatal, ModelUnavailable, RateLimited
+from worker.models.base import ModelRequest
+from worker.models.gemini.client import (
+    GeminiModel,
+    create_cache,
+    delete_cache,
+    make_client,
+    thinking_for,
+)
+from worker.models.limiter.base import LimitConfig, LocalLimiter, ModelPaused
+
+MODEL = "gemini-3-flash-preview"
+CANARY = "canary-key-3f9c1e"
+
+
+def _model(fake: FakeGemini, *, timeout_s: float = 2.0) -> GeminiModel:
+    client = make_client(api_key=CANARY, base_url=fake.url, timeout_s=timeout_s)
+    return GeminiModel(client=client, limiter=LocalLimiter(LimitConfig()), wait_s=3.0)
+
+
+def _request(history: list[dict] | None = None, model: str = MODEL) -> ModelRequest:
+    prefix = build_prefix(get_profile("candidate"))
+    return ModelRequest(model=model, system_instruction=prefix.system_instruction,
+                        tools=prefix.tools,
+                        history=tuple(history or [brief_message(make_brief(1, 0))]))
+
+
+def _respond(turn_content: dict, version: int = 1) -> dict:
+    parts = [{"function_response": {"id": p["function_call"].get("id"),
+                                    "name": p["function_call"]["name"],
+                                    "response": {"output": {"items": [{"id": 1}],
+                                                            "version": version,
+                                                            "size_bytes": 100}}}}
+             for p in turn_content["parts"] if "function_call" in p]
+    return {"role": "user", "parts": parts}
+
+
+def test_turns_round_trip_with_signatures_and_cached_usage(
+        fake_gemini: Callable[..., FakeGemini]) -> None:
+    # Given the fake API and a session's brief
+    fake = fake_gemini()
+    model = _model(fake)
+    history = [brief_message(make_brief(1, 0))]
+    # When three turns are taken, each model content appended verbatim as JSON
+    turns = []
+    for _ in range(3):
+        turn = model.generate(_request(history))
+        turns.append(turn)
+        history += [turn.content, _respond(turn.content)]
+    # Then every call was accepted (the fake refuses a lost thought signature)
+    assert [s.status for s in fake.served] == [200, 200, 200]
+    first_parts = [t.content["parts"][0] for t in turns]
+    assert all(p.get("thought_signature") for p in first_parts)
+    assert all(t.calls for t in turns)
+    # and the repeated prefix came back as cached input
+    assert turns[0].usage.cached_tokens == 0
+    assert 0 < turns[1].usage.cached_tokens < turns[1].usage.prompt_tokens
+    assert turns[2].usage.output_tokens > 0 and turns[2].usage.thoughts_tokens > 0
+
+
+def test_a_lost_signature_is_a_fatal_error(fake_gemini: Callable[..., FakeGemini]) -> None:
+    # Given a history whose model content lost its thought signature
+    fake = fake_gemini()
+    model = _model(fake)
+    history = [brief_message(make_brief(1, 0))]
+    turn = model.generate(_request(history))
+    content = {"role": "model", "parts": [
+        {k: v for k, v in p.items() if k != "thought_signature"} for p in turn.content["parts"]]}
+    # When it is sent back, Then the API's 400 is classified fatal
+    with pytest.raises(ModelFatal, match="thought_signature"):
+        model.generate(_request([*history, content, _respond(content)]))
+
+
+@pytest.mark.parametrize(("fault", "error", "delay_s"), [
+    (Fault.rate_minute, RateLimited, 2.0),
+    (Fault.exhausted, RateLimited, None),
+    (Fault.internal, ModelUnavailable, None),
+    (Fault.unavailable, ModelUnavailable, None),
+    (Fault.truncate, ModelUnavailable, None),
+    (Fault.hang, ModelUnavailable, None),
+])
+def test_faults_are_classified(fake_gemini: Callable[..., FakeGemini], fault: Fault,
+                               error: type[Exception], delay_s: float | None) -> None:
+    # Given the API fails the next request with ``fault``
+    fake = fake_gemini(faults=[FaultRule(fault)])
+    model = _model(fake, timeout_s=1.0)
+    # When a turn is asked for
+    with pytest.raises(error) as raised:
+        model.generate(_request())
+    # Then the error carries the server's retry delay, and never the key
+    assert type(raised.value) is error
+    assert getattr(raised.value, "delay_s", None) == delay_s
+    assert CANARY not in str(raised.value)
+    assert fake.faults.fired == {fault.value: 1}
+    # and the next request goes through
+    assert model.generate(_request()).calls
+
+
+def test_a_refused_connection_is_transient() -> None:
+    client = make_client(api_key=CANARY, base_url="http://127.0.0.1:9", timeout_s=1.0)
+    model = GeminiModel(client=client, limiter=LocalLimiter(LimitConfig()), wait_s=1.0)
+    with pytest.raises(ModelUnavailable, match="cannot reach"):
+        model.generate(_request())
+
+
+def test_a_daily_quota_pauses_the_model(fake_gemini: Callable[..., FakeGemini]) -> None:
+    # Given the API says the model's per-day quota is spent
+    fake = fake_gemini(faults=[FaultRule(Fault.rate_day)])
+    model = _model(fake)
+    with pytest.raises(RateLimited) as raised:
+        model.generate(_request())
+    assert raised.value.quota == "day"
+    # When another turn asks for the model
+    with pytest.raises(ModelPaused, match="per day"):
+        model.generate(_request())
+    # Then the limiter refused it: no second request reached the API
+    assert len(fake.served) == 1
+    paused = model.limiter.state(MODEL).paused
+    assert paused is not None and paused.until.timestamp() > time.time() + 60
+
+
+def test_a_malformed_call_is_asked_for_once_more(
+        fake_gemini: Callable[..., FakeGemini]) -> None:
+    # Given the model's first answer is a malformed function call
+    fake = fake_gemini(faults=[FaultRule(Fault.malformed)])
+    model = _model(fake)
+    # When a turn is taken
+    turn = model.generate(_request())
+    # Then it was asked again, and both calls are billed to the turn
+    assert [s.fault for s in fake.served] == ["malformed", None]
+    assert turn.calls and turn.finish_reason == "STOP"
+    single = model.generate(_request()).usage.prompt_tokens
+    assert turn.usage.prompt_tokens == 2 * single
+
+
+def test_thinking_is_a_level_for_gemini_3_and_a_budget_for_2_5() -> None:
+    three = thinking_for("gemini-3-flash-preview", level="low", budget=512)
+    two = thinking_for("gemini-2.5-flash", level="low", budget=512)
+    assert (three.thinking_level, three.thinking_budget) == ("LOW", None)
+    assert (two.thinking_level, two.thinking_budget) == (None, 512)
+
+
+def test_an_explicit_cache_carries_the_prefix(fake_gemini: Callable[..., FakeGemini]) -> None:
+    # Given the run's prefix cached at the API
+    fake = fake_gemini()
+    model = _model(fake)
+    plain = _request()
+    cached = create_cache(model.client, model=MODEL, system_instruction=plain.system_instruction,
+                          tools=plain.tools, tool_mode="AUTO", ttl_s=600, display_name="run 1")
+    assert cached.name.startswith("cachedContents/") and cached.tokens > 0
+    # When a turn names it instead of sending the prefix
+    turn = model.generate(replace(plain, cached_content=cached.name))
+    # Then the API answered from it, counting the cached prefix as cached input
+    assert [s.cache for s in fake.served] == [cached.name]
+    assert turn.calls and turn.usage.cached_tokens >= cached.tokens
+    # and a request that repeats the prefix beside the cache is refused, as the API does
+    with pytest.raises(errors.ClientError, match="CachedContent can not be used"):
+        model.client.models.generate_content(
+            model=MODEL, contents=[types.Content.model_validate(c) for c in plain.history],
+            config=types.GenerateContentConfig(cached_content=cached.name,
+                                               system_instruction="again"))
+    # and once deleted it is gone
+    delete_cache(model.client, cached.name)
+    assert (fake.caches.created, fake.caches.deleted, len(fake.caches)) == (1, 1, 0)
+    with pytest.raises(ModelFatal, match="not found"):
+        model.generate(replace(plain, cached_content=cached.name))

@@ -1,0 +1,109 @@
+"""The sim model follows the contract it is given: each profile's real behaviour."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from tests.factories import make_run
+from worker.agent.turn import run_turn
+from worker.agent.verdicts import VerdictIn, load_handoff, record_verdict
+from worker.fleet.runtime import Runtime
+from worker.models.sim.model import Persona, SimModel
+from worker.store.tables import artifact_versions, artifacts, events, plans, sessions
+
+pytestmark = pytest.mark.services
+
+
+def _until_not_running(rt: Runtime, sid: int, model: SimModel) -> None:
+    for _ in range(30):
+        with rt.engine.connect() as conn:
+            row = conn.execute(select(sessions.c.status, sessions.c.next_turn)
+                               .where(sessions.c.id == sid)).one()
+        if row.status != "running":
+            return
+        run_turn(rt=rt, session_id=sid, turn_no=row.next_turn, model=model)
+    raise AssertionError("the session never handed off")
+
+
+def _sim(seed: int, **kw: Any) -> SimModel:
+    return SimModel(seed=seed, index=0, persona=Persona.diligent, latency_ms=0,
+                    design_seed=seed, title="Cache Fleet Pulse", **kw)
+
+
+def _log(rt: Runtime, sid: int) -> list[tuple[str, dict[str, Any]]]:
+    with rt.engine.connect() as conn:
+        return [(r.kind, r.payload) for r in conn.execute(
+            select(events.c.kind, events.c.payload).where(events.c.session_id == sid)
+            .order_by(events.c.turn_no, events.c.seq))]
+
+
+def _model_texts(log: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    return [p["text"] for k, p in log if k == "model" for p in p["content"]["parts"]
+            if "text" in p]
+
+
+def _versions(rt: Runtime, sid: int) -> list[int]:
+    with rt.engine.connect() as conn:
+        return list(conn.execute(select(artifact_versions.c.size_bytes).join(artifacts)
+                                 .where(artifacts.c.session_id == sid)
+                                 .order_by(artifact_versions.c.version)).scalars())
+
+
+def test_baseline_pastes_the_page_fits_8_kb_and_checks_the_plan_off(runtime: Runtime) -> None:
+    seeds = {}
+    for seed in (5, 6):  # one modest agent, one that first tries its full page
+        # Given a baseline session
+        _, (sid,) = make_run(runtime.engine, profile="baseline", seed=seed)
+        model = _sim(seed)
+        # When it works until it hands off
+        _until_not_running(runtime, sid, model)
+        log = _log(runtime, sid)
+        # Then it pasted the app into its answer as a markdown block, as the contract asks
+        assert any(t.startswith("Here is the app:\n\n```html\n") for t in _model_texts(log))
+        # and what it saved fits the 8 KB ceiling; an ambitious first draft was refused
+        sizes = _versions(runtime, sid)
+        assert sizes and all(size <= 8 * 1024 for size in sizes)
+        refused = [p["kind"] for k, p in log if k == "tool_error"]
+        assert refused == (["too_large"] if model.ambitious else [])
+        # and every plan item was checked off before the handoff was accepted
+        with runtime.engine.connect() as conn:
+            done = conn.execute(select(plans.c.done).where(plans.c.session_id == sid)).all()
+            status = conn.execute(select(sessions.c.status).where(sessions.c.id == sid)).scalar()
+        assert status == "verifying" and done and all(d for (d,) in done)
+        seeds[seed] = model.ambitious
+    assert set(seeds.values()) == {True, False}, "both kinds of draft were exercised"
+
+
+def test_baseline_repairs_by_delete_then_create(runtime: Runtime) -> None:
+    # Given a baseline session whose handed-off page the verifier rejects
+    _, (sid,) = make_run(runtime.engine, profile="baseline", seed=1)
+    model = _sim(1)
+    _until_not_running(runtime, sid, model)
+    handoff = load_handoff(runtime, session_id=sid, round_no=0)
+    assert handoff is not None
+    record_verdict(runtime, handoff, VerdictIn(passed=False, method="browser", checks=[
+        {"name": "fps", "passed": False, "value": 3, "detail": "3 fps"}]))
+    # When it works again
+    _until_not_running(runtime, sid, model)
+    # Then it deleted the draft and created it again, instead of editing it in place
+    calls = [(p["function_call"]["name"], p["function_call"]["args"].get("action"))
+             for k, pl in _log(runtime, sid) if k == "model"
+             for p in pl["content"]["parts"] if "function_call" in p]
+    repair = calls.index(("manage_artifact", "delete"))
+    assert calls[repair + 1] == ("manage_artifact", "create")
+    assert ("manage_artifact", "edit") not in calls
+
+
+def test_candidate_publishes_through_the_tool_and_edits_in_place(runtime: Runtime) -> None:
+    _, (sid,) = make_run(runtime.engine, profile="candidate", seed=2)
+    _until_not_running(runtime, sid, _sim(2))
+    log = _log(runtime, sid)
+    assert _model_texts(log) == []
+    calls = [p["function_call"]["args"].get("action") for k, pl in log if k == "model"
+             for p in pl["content"]["parts"] if p.get("function_call", {}).get("name")
+             == "manage_artifact"]
+    assert calls == ["create", "edit"]
+    assert max(_versions(runtime, sid)) > 12 * 1024

@@ -1,0 +1,64 @@
+"""Migrations: upgrade, downgrade to base and upgrade again, on PostgreSQL and SQLite."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from tests.conftest import PG_ADMIN_URL
+from worker.errors import NotMigrated
+from worker.settings import Settings
+from worker.store.engine import downgrade, head_revision, make_engine, migrate, require_migrated
+from worker.store.tables import metadata
+
+EXPECTED = {"runs", "waves", "sessions", "events", "artifacts", "artifact_versions", "plans",
+            "usage", "verifications", "samples", "outbox", "ladders", "caches"}
+
+
+def _tables(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names()) - {"alembic_version"}
+    finally:
+        engine.dispose()
+
+
+def _round_trip(url: str) -> None:
+    migrate(url)
+    assert _tables(url) == EXPECTED == set(metadata.tables)
+    downgrade(url, "base")
+    assert _tables(url) == set()
+    migrate(url)
+    assert _tables(url) == EXPECTED
+    engine = make_engine(Settings(database_url=url))
+    require_migrated(engine)
+    engine.dispose()
+
+
+@pytest.mark.services
+def test_round_trip_on_postgresql(pg_url: str) -> None:
+    name = f"swarm_mig_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        _round_trip(Settings(database_url=PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
+                    .database_url)
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_round_trip_on_sqlite(tmp_path: Path) -> None:
+    _round_trip(f"sqlite:///{tmp_path / 'swarm.db'}")
+
+
+def test_an_unmigrated_database_is_refused_with_a_hint(tmp_path: Path) -> None:
+    engine = make_engine(Settings(database_url=f"sqlite:///{tmp_path / 'empty.db'}"))
+    with pytest.raises(NotMigrated, match="scheduler migrate"):
+        require_migrated(engine)
+    engine.dispose()
+    assert head_revision()

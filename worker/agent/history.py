@@ -1,0 +1,64 @@
+"""Rebuild a session's conversation from its event log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from worker.models.base import Content
+
+#: Event kinds that carry a function response.
+TOOL_KINDS = ("tool_result", "tool_error")
+
+
+def rebuild(events: Iterable[tuple[str, dict[str, Any]]]) -> list[Content]:
+    """Turn ``(kind, payload)`` events, in log order, into the model's contents.
+
+    Model contents are taken verbatim (thought signatures intact). Function responses of
+    one turn, and any user text that follows them, merge into one ``user`` content, as
+    the Gemini API expects.
+    """
+    contents: list[Content] = []
+    for kind, payload in events:
+        if kind in TOOL_KINDS:
+            response = {"name": payload["name"], "response": payload["response"]}
+            if payload.get("call_id"):
+                response["id"] = payload["call_id"]
+            entry: Content = {"role": "user", "parts": [{"function_response": response}]}
+        elif "content" in payload:
+            entry = payload["content"]
+        else:
+            continue
+        if contents and contents[-1]["role"] == entry["role"] == "user":
+            contents[-1] = {"role": "user",
+                            "parts": [*contents[-1]["parts"], *entry["parts"]]}
+        else:
+            contents.append(entry)
+    return contents
+
+
+def elide_long_args(content: Content, *, max_chars: int) -> Content:
+    """The model content as it is stored: string arguments over ``max_chars`` replaced by a note.
+
+    A call that far over the artifact ceiling was refused anyway; kept whole, it would be
+    copied into the database and sent back with every later turn. Everything else, thought
+    signatures included, is kept as the model sent it.
+    """
+    parts = content.get("parts") or []
+    if not any(_long_args(p, max_chars) for p in parts):
+        return content
+    kept = []
+    for part in parts:
+        if _long_args(part, max_chars):
+            call = part["function_call"]
+            args = {name: f"[{len(value):,} characters not kept: over {max_chars:,}]"
+                    if isinstance(value, str) and len(value) > max_chars else value
+                    for name, value in call["args"].items()}
+            part = {**part, "function_call": {**call, "args": args}}
+        kept.append(part)
+    return {**content, "parts": kept}
+
+
+def _long_args(part: dict[str, Any], max_chars: int) -> bool:
+    args = (part.get("function_call") or {}).get("args") or {}
+    return any(isinstance(v, str) and len(v) > max_chars for v in args.values())

@@ -1,0 +1,142 @@
+"""Guards against runaway sessions: spend limits, the run budget and the loop detector.
+
+Spend limits are checked when a turn is claimed, before the model is called, so a turn
+already in flight is always paid for and recorded. The loop detector reads the session's
+event log: the first time it sees a loop the agent gets one corrective message, the
+second time the session is stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from worker.agent.prompt import LOOP_HINT
+from worker.agent.runs import RunConfig
+from worker.errors import LimitExceeded
+from worker.store.tables import usage
+
+#: Reason of the nudge event that carries a loop warning.
+LOOP_NUDGE = "loop"
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What a session and its run have spent so far."""
+
+    session_tokens: int
+    session_cost_usd: float
+    run_cost_usd: float
+    run_turns: int
+
+    @property
+    def mean_turn_cost_usd(self) -> float:
+        """The run's average cost of one turn (0 before its first turn)."""
+        return self.run_cost_usd / self.run_turns if self.run_turns else 0.0
+
+
+def spend(conn: Connection, *, session_id: int, run_id: int) -> Spend:
+    """Read the session's and the run's spending from the usage rows."""
+    tokens = (usage.c.prompt_tokens + usage.c.output_tokens + usage.c.thoughts_tokens
+              + usage.c.tool_use_tokens)
+    mine = conn.execute(select(func.coalesce(func.sum(tokens), 0),
+                               func.coalesce(func.sum(usage.c.cost_usd), 0.0))
+                        .where(usage.c.session_id == session_id)).one()
+    total = conn.execute(select(func.coalesce(func.sum(usage.c.cost_usd), 0.0), func.count())
+                         .where(usage.c.run_id == run_id)).one()
+    return Spend(int(mine[0]), float(mine[1]), float(total[0]), int(total[1]))
+
+
+def check_spend(config: RunConfig, spent: Spend, budget_usd: float | None) -> None:
+    """Refuse the next turn when it would pass a limit.
+
+    Raises:
+        LimitExceeded: ``kind`` is ``budget`` (the run's), ``max_tokens`` or ``max_cost``
+            (the session's).
+    """
+    # The next turn will cost about what an average turn has cost so far.
+    if budget_usd is not None and spent.run_cost_usd + spent.mean_turn_cost_usd >= budget_usd:
+        raise LimitExceeded("budget", value=spent.run_cost_usd, limit=budget_usd)
+    if config.max_tokens is not None and spent.session_tokens >= config.max_tokens:
+        raise LimitExceeded("max_tokens", value=spent.session_tokens, limit=config.max_tokens)
+    if config.max_cost_usd is not None and spent.session_cost_usd >= config.max_cost_usd:
+        raise LimitExceeded("max_cost", value=spent.session_cost_usd, limit=config.max_cost_usd)
+
+
+@dataclass
+class _Since:
+    """The session's turns since the last loop warning."""
+
+    calls: list[list[tuple[str, Any]]]
+    """Each turn's calls as ``(name, args)``, compared as they are (no serialised copy)."""
+    progress: list[bool]
+    """Whether each turn wrote the artifact or handed it off."""
+    error_streak: list[str]
+    """Kinds of the tool errors since the last successful tool call."""
+    warnings: int
+    """Loop warnings given so far."""
+
+
+def _since_warning(log: list[tuple[str, dict[str, Any]]]) -> _Since:
+    since = _Since([], [], [], 0)
+    for kind, payload in log:
+        if kind == "model":
+            parts = (payload.get("content") or {}).get("parts") or ()
+            since.calls.append([(p["function_call"]["name"], p["function_call"].get("args") or {})
+                                for p in parts if p.get("function_call")])
+            since.progress.append(False)
+        elif kind == "nudge" and payload.get("reason") == LOOP_NUDGE:
+            since = _Since([], [], [], since.warnings + 1)
+        elif kind == "tool_error":
+            since.error_streak.append(str(payload.get("kind", "?")))
+        elif kind == "tool_result":
+            since.error_streak = []
+            output = (payload.get("response") or {}).get("output") or {}
+            if since.progress and (payload.get("name") == "handoff" or "size_bytes" in output):
+                since.progress[-1] = True
+    return since
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A loop the detector found: its kind and what the agent should be told."""
+
+    kind: str
+    message: str
+
+
+def find_loop(log: list[tuple[str, dict[str, Any]]],
+              config: RunConfig) -> tuple[Loop | None, int]:
+    """Look for a loop since the last warning; returns it and the warnings given so far."""
+    since = _since_warning(log)
+    last = since.calls[-config.loop_repeat:]
+    if len(last) == config.loop_repeat and last[0] and all(c == last[0] for c in last):
+        call = last[0][0][0]
+        return Loop("repeat", (
+            f"You made the same call ({call} with the same arguments) {len(last)} times in "
+            "a row and got the same answer each time. Do not repeat it. "
+            + _NEXT_STEP)), since.warnings
+    if len(since.error_streak) >= config.loop_errors:
+        kinds = ", ".join(sorted(set(since.error_streak)))
+        return Loop("errors", (
+            f"Your last {len(since.error_streak)} tool calls failed ({kinds}). Read the hint "
+            "in each error and change the call instead of trying it again. "
+            + _NEXT_STEP)), since.warnings
+    idle = 0
+    for wrote in since.progress:
+        idle = 0 if wrote else idle + 1
+    if idle >= config.loop_idle_turns:
+        return Loop("no_progress", (
+            f"{idle} turns have passed without writing the artifact. "
+            + _NEXT_STEP)), since.warnings
+    return None, since.warnings
+
+
+_NEXT_STEP = (
+    f"{LOOP_HINT} with manage_artifact(action=\"create\", name, content) if it "
+    "does not exist yet; otherwise edit it with the current version, or call handoff if it "
+    "is done."
+)

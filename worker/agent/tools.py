@@ -1,0 +1,319 @@
+"""The tools the model sees. Schemas are generated from the pydantic models below.
+
+A tool either returns a result or raises :class:`~worker.errors.ToolError`, which goes
+back to the model as a structured error with a hint. Nothing a model sends can crash a
+worker: arguments are validated before any tool runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy.engine import Connection
+
+from worker.agent import workspace
+from worker.agent.checks import passed, static_checks
+from worker.agent.profiles import Profile
+from worker.agent.regions import RegionNotFound, region_ids, replace_region
+from worker.errors import ToolError
+from worker.models.base import FunctionCall, ToolSpec
+
+#: Artifact names: a plain file name, never a path.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
+#: What neither PostgreSQL text nor UTF-8 can hold: NUL, and halves of surrogate pairs.
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def _storable(value: str) -> str:
+    # A regex scan reads the string where it lies: content may be megabytes.
+    found = _UNSTORABLE.search(value)
+    if found is not None:
+        raise ValueError(f"contains U+{ord(found.group()):04X} at index {found.start()}, "
+                         "which text cannot hold")
+    return value
+
+
+#: Text the workspace can store.
+Text = Annotated[str, AfterValidator(_storable)]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class ManageArtifact(_Args):
+    """Create, edit, read or delete one HTML artifact in your workspace."""
+
+    action: Literal["create", "edit", "get", "delete"]
+    """create a new artifact, edit one in place, get its content and version, or delete it."""
+    name: str = Field(pattern=NAME_PATTERN)
+    """File name of the artifact, e.g. dashboard.html."""
+    content: Text | None = None
+    """For create: the whole page. For edit: the whole page, or with region_id only the new
+    inside of that element."""
+    region_id: Text | None = Field(default=None, min_length=1, max_length=100)
+    """For edit: replace only the inside of the element with this id, keeping its tag."""
+    expected_version: int | None = Field(default=None, ge=1)
+    """For edit and delete: the version you last saw (compare-and-swap)."""
+
+
+class PlanManage(_Args):
+    """Set, check off or list the items of your plan."""
+
+    action: Literal["set", "done", "list"]
+    """set replaces the plan with items, done marks item_id done, list shows the plan."""
+    items: list[Annotated[Text, Field(min_length=1, max_length=500)]] | None = Field(
+        default=None, min_length=1, max_length=20)
+    """For set: the plan items in order (1 to 20 short sentences)."""
+    item_id: int | None = Field(default=None, ge=1)
+    """For done: the number of the item to mark done (from 1)."""
+
+
+class Handoff(_Args):
+    """Hand a finished artifact over for verification. Ends your work unless it fails."""
+
+    summary: Text = Field(min_length=1, max_length=2000)
+    """What the artifact shows, in a sentence or two."""
+    artifact_name: str = Field(pattern=NAME_PATTERN)
+    """Name of the artifact to verify."""
+
+
+@dataclass
+class ToolContext:
+    """What a tool may touch: one session's workspace, inside the turn's transaction."""
+
+    conn: Connection
+    session_id: int
+    turn_no: int
+    profile: Profile
+    now: datetime
+    handed_off: int | None = None
+    """Artifact version id accepted by handoff during this turn."""
+    changed: list[str] = field(default_factory=list)
+    """Artifacts written during this turn."""
+
+
+Handler = Callable[[Any, ToolContext], dict[str, Any]]
+
+
+#: Characters encoded at a time when measuring content, so no whole copy is ever made.
+_SIZE_CHUNK_CHARS = 64 * 1024
+
+
+def _utf8_size(content: str) -> int:
+    # Content may be far over the ceiling: encoding it whole would copy all of it once more.
+    if content.isascii():  # O(1) in CPython: one byte per character
+        return len(content)
+    return sum(len(content[i:i + _SIZE_CHUNK_CHARS].encode())
+               for i in range(0, len(content), _SIZE_CHUNK_CHARS))
+
+
+def _size(content: str, ctx: ToolContext) -> int:
+    size = _utf8_size(content)
+    limit = ctx.profile.artifact_max_bytes
+    if size > limit:
+        raise ToolError(
+            f"content is {size} bytes; the limit is {limit} bytes",
+            kind="too_large",
+            hint="make the page smaller: shorter code, fewer panels, no embedded data",
+            data={"size_bytes": size, "limit_bytes": limit},
+        )
+    return size
+
+
+def _conflict(current: workspace.ArtifactState, expected: int | None) -> ToolError:
+    return ToolError(
+        f"{current.name} is at version {current.version}, not {expected}",
+        kind="conflict",
+        hint="edit again with expected_version set to current_version",
+        data={"current_version": current.version},
+    )
+
+
+def _existing(ctx: ToolContext, name: str) -> workspace.ArtifactState:
+    current = workspace.get_artifact(ctx.conn, session_id=ctx.session_id, name=name)
+    if current is None or current.deleted:
+        names = workspace.artifact_names(ctx.conn, session_id=ctx.session_id)
+        raise ToolError(f"no artifact named {name}", kind="not_found",
+                        hint="create it first" if not names else "use one of the names listed",
+                        data={"artifacts": names})
+    return current
+
+
+def manage_artifact(args: ManageArtifact, ctx: ToolContext) -> dict[str, Any]:
+    """Create, edit in place (compare-and-swap), read or delete an artifact."""
+    if args.action == "get":
+        current = _existing(ctx, args.name)
+        return {"name": current.name, "version": current.version, "content": current.content,
+                "regions": region_ids(current.content)}
+    if args.action == "delete":
+        current = _existing(ctx, args.name)
+        if args.expected_version != current.version:
+            raise _conflict(current, args.expected_version)
+        workspace.mark_deleted(ctx.conn, artifact_id=current.id, expected_version=current.version,
+                               now=ctx.now)
+        return {"name": args.name, "deleted": True}
+    if args.content is None:
+        raise ToolError(f"{args.action} needs content", kind="bad_arguments",
+                        hint="pass the page (or, with region_id, the region) as content")
+    if args.action == "create":
+        return _create(args.name, args.content, ctx)
+    return _edit(args, args.content, ctx)
+
+
+def _create(name: str, content: str, ctx: ToolContext) -> dict[str, Any]:
+    current = workspace.get_artifact(ctx.conn, session_id=ctx.session_id, name=name)
+    if current is not None and not current.deleted:
+        raise ToolError(f"{name} already exists at version {current.version}", kind="exists",
+                        hint="edit it in place with expected_version",
+                        data={"current_version": current.version})
+    size = _size(content, ctx)
+    # Re-creating a deleted artifact continues its version numbers, so history has no gaps.
+    expected = current.version if current is not None else None
+    version = workspace.write_artifact(
+        ctx.conn, session_id=ctx.session_id, name=name, content=content, size_bytes=size,
+        expected_version=expected, turn_no=ctx.turn_no, now=ctx.now)
+    ctx.changed.append(name)
+    return {"name": name, "version": version, "size_bytes": size, "regions": region_ids(content)}
+
+
+def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any]:
+    if args.expected_version is None:
+        raise ToolError("edit needs expected_version", kind="bad_arguments",
+                        hint="get the artifact to learn its version, then edit with it")
+    current = _existing(ctx, args.name)
+    if args.expected_version != current.version:
+        raise _conflict(current, args.expected_version)
+    if args.region_id is not None:
+        _size(content, ctx)  # a region over the ceiling is refused before the page is copied
+        try:
+            content = replace_region(current.content, args.region_id, content)
+        except RegionNotFound:
+            raise ToolError(f"no element with id {args.region_id!r} in {args.name}",
+                            kind="region_not_found", hint="use one of the ids listed",
+                            data={"regions": region_ids(current.content)}) from None
+    size = _size(content, ctx)
+    version = workspace.write_artifact(
+        ctx.conn, session_id=ctx.session_id, name=args.name, content=content, size_bytes=size,
+        expected_version=current.version, turn_no=ctx.turn_no, now=ctx.now)
+    if version is None:  # only a fenced writer can lose here; its transaction is discarded
+        raise _conflict(current, args.expected_version)
+    ctx.changed.append(args.name)
+    return {"name": args.name, "version": version, "size_bytes": size}
+
+
+def plan_manage(args: PlanManage, ctx: ToolContext) -> dict[str, Any]:
+    """Set, check off or list plan items."""
+    if args.action == "set":
+        if not args.items:
+            raise ToolError("set needs items", kind="bad_arguments",
+                            hint="pass the plan as a list of short strings")
+        workspace.set_plan(ctx.conn, session_id=ctx.session_id, items=args.items,
+                           turn_no=ctx.turn_no)
+    elif args.action == "done":
+        if args.item_id is None:
+            raise ToolError("done needs item_id", kind="bad_arguments",
+                            hint="pass the number of the item, from 1")
+        plan = workspace.get_plan(ctx.conn, session_id=ctx.session_id)
+        if ctx.profile.strict_plan:
+            first_open = next((p.item_no for p in plan if not p.done), None)
+            if first_open is not None and args.item_id != first_open:
+                raise ToolError(f"item {first_open} must be done before item {args.item_id}",
+                                kind="plan_locked", hint="check items off in order")
+        if not workspace.mark_plan_done(ctx.conn, session_id=ctx.session_id,
+                                        item_no=args.item_id, turn_no=ctx.turn_no):
+            raise ToolError(f"no plan item {args.item_id}", kind="not_found",
+                            hint="list the plan to see item numbers",
+                            data={"items": len(plan)})
+    plan = workspace.get_plan(ctx.conn, session_id=ctx.session_id)
+    return {"items": [{"id": p.item_no, "text": p.text, "done": p.done} for p in plan]}
+
+
+def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
+    """Run the static checks and hand the artifact's current version to the verifier."""
+    current = _existing(ctx, args.artifact_name)
+    checks = static_checks(current.content, max_bytes=ctx.profile.artifact_max_bytes)
+    if not passed(checks):
+        failed = [{"check": c.name, "detail": c.detail} for c in checks if not c.passed]
+        raise ToolError(f"{args.artifact_name} v{current.version} fails the static checks",
+                        kind="checks_failed", hint="fix what each check reports, then hand off",
+                        data={"failed": failed})
+    if ctx.profile.strict_plan:
+        open_items = [p.item_no for p in workspace.get_plan(ctx.conn, session_id=ctx.session_id)
+                      if not p.done]
+        if open_items:
+            raise ToolError("plan items are still open", kind="plan_locked",
+                            hint="mark every plan item done first", data={"open": open_items})
+    ctx.handed_off = workspace.version_id(ctx.conn, artifact_id=current.id,
+                                          version=current.version)
+    return {"status": "handed_off", "artifact_name": current.name, "version": current.version}
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool: its argument model and its handler."""
+
+    args: type[_Args]
+    handler: Handler
+
+    @property
+    def spec(self) -> ToolSpec:
+        """Name, description and generated JSON schema, as the model sees them."""
+        schema = self.args.model_json_schema()
+        description = schema.pop("description", "")
+        schema.pop("title", None)
+        return ToolSpec(name=_NAMES[self.args], description=description, parameters=schema)
+
+
+_NAMES: dict[type[_Args], str] = {
+    ManageArtifact: "manage_artifact",
+    PlanManage: "plan_manage",
+    Handoff: "handoff",
+}
+#: Every tool, in the fixed order the prompt prefix lists them.
+TOOLS: dict[str, Tool] = {
+    "manage_artifact": Tool(ManageArtifact, manage_artifact),
+    "plan_manage": Tool(PlanManage, plan_manage),
+    "handoff": Tool(Handoff, handoff),
+}
+
+
+def tool_specs() -> tuple[ToolSpec, ...]:
+    """Declarations of every tool, in fixed order."""
+    return tuple(tool.spec for tool in TOOLS.values())
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def run_tool(call: FunctionCall, ctx: ToolContext) -> dict[str, Any]:
+    """Validate and run one call.
+
+    Raises:
+        ToolError: unknown tool, bad arguments, or a refusal by the tool itself.
+    """
+    tool = TOOLS.get(call.name)
+    if tool is None:
+        raise ToolError(f"there is no tool named {call.name!r}", kind="unknown_tool",
+                        hint=f"call one of: {', '.join(TOOLS)}")
+    if not isinstance(call.args, dict):
+        raise ToolError("arguments must be an object", kind="bad_arguments")
+    try:
+        args = tool.args.model_validate(call.args)
+    except ValidationError as exc:
+        raise ToolError(f"invalid arguments for {call.name}: {_describe(exc)}",
+                        kind="bad_arguments",
+                        hint="check the tool's parameter schema and call it again") from None
+    return tool.handler(args, ctx)

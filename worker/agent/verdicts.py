@@ -1,0 +1,123 @@
+"""What a verdict does to its session: success, a repair round, or failure."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from worker.agent.profiles import get_profile
+from worker.agent.prompt import user_text
+from worker.agent.runs import RunConfig
+from worker.fleet.runtime import Runtime
+from worker.store import lifecycle
+from worker.store.tables import SessionStatus, runs, sessions, verifications
+from worker.store.tables import artifact_versions as _versions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """The artifact version a session handed off and waits on."""
+
+    session_id: int
+    round: int
+    version_id: int
+    content: str
+    max_bytes: int
+    profile: str
+
+
+@dataclass(frozen=True)
+class VerdictIn:
+    """A verdict to record."""
+
+    passed: bool
+    method: str
+    """``static`` or ``browser``."""
+    checks: list[dict[str, Any]]
+    fps: float | None = None
+    screenshot_png: bytes | None = None
+    elapsed_ms: int = 0
+
+
+def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | None:
+    """The version to verify, or None when the session no longer waits on this round."""
+    s = sessions
+    with rt.engine.connect() as conn:
+        row = conn.execute(
+            select(s.c.handoff_version_id, _versions.c.content, runs.c.profile)
+            .join(_versions, _versions.c.id == s.c.handoff_version_id)
+            .join(runs, runs.c.id == s.c.run_id)
+            .where(s.c.id == session_id, s.c.status == SessionStatus.verifying.value,
+                   s.c.repair_round == round_no)
+        ).first()
+    if row is None:
+        return None
+    return Handoff(session_id, round_no, row.handoff_version_id, row.content,
+                   get_profile(row.profile).artifact_max_bytes, row.profile)
+
+
+def feedback_text(checks: list[dict[str, Any]], *, round_no: int, rounds: int) -> str:
+    """The verifier's findings as the agent's next user message."""
+    lines = [f"- {c['name']}: {c['detail']}" for c in checks if not c.get("passed")]
+    return (f"The verifier rejected the artifact (repair round {round_no + 1} of {rounds}). "
+            "Findings:\n" + "\n".join(lines)
+            + "\nRepair the same artifact in place with manage_artifact(action=\"edit\", "
+            "expected_version=...) and hand it off again.")
+
+
+def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
+    """Store the verdict and move the session on, exactly once per round.
+
+    Returns what happened: ``succeeded``, ``repair``, ``failed`` or ``duplicate``.
+    """
+    s = sessions
+    now = rt.clock()
+    nxt: lifecycle.Dispatch | None = None
+    with rt.engine.begin() as conn:
+        row = conn.execute(
+            select(s.c.next_turn, s.c.run_id, runs.c.config)
+            .join(runs, runs.c.id == s.c.run_id)
+            .where(s.c.id == handoff.session_id, s.c.status == SessionStatus.verifying.value,
+                   s.c.repair_round == handoff.round)
+            .with_for_update(of=s)
+        ).first()
+        if row is None:
+            return "duplicate"
+        conn.execute(insert(verifications).values(
+            session_id=handoff.session_id, artifact_version_id=handoff.version_id,
+            round=handoff.round, passed=verdict.passed, method=verdict.method,
+            checks=verdict.checks, fps=verdict.fps, screenshot_png=verdict.screenshot_png,
+            elapsed_ms=verdict.elapsed_ms, created_at=now))
+        rounds = RunConfig.model_validate(row.config).repair_rounds
+        if verdict.passed:
+            result = "succeeded"
+            lifecycle.end_session(conn, session_id=handoff.session_id,
+                              status=SessionStatus.succeeded, outcome="verified", now=now)
+        elif handoff.round < rounds:
+            result = "repair"
+            conn.execute(update(s).where(s.c.id == handoff.session_id).values(
+                status=SessionStatus.running.value, repair_round=handoff.round + 1,
+                dispatched_at=now))
+            text = feedback_text(verdict.checks, round_no=handoff.round, rounds=rounds)
+            lifecycle.add_events(conn, session_id=handoff.session_id, turn_no=row.next_turn,
+                             items=[("feedback", {"content": user_text(text),
+                                                  "round": handoff.round})], now=now)
+            nxt = lifecycle.Dispatch(handoff.session_id, "turn", row.next_turn)
+        else:
+            result = "failed"
+            failed = ", ".join(c["name"] for c in verdict.checks if not c.get("passed"))
+            lifecycle.end_session(conn, session_id=handoff.session_id, status=SessionStatus.failed,
+                              outcome="failed_verification", now=now,
+                              error=f"verification failed after {rounds} repair rounds: {failed}")
+    logger.info("session %s verdict round %s: %s", handoff.session_id, handoff.round, result)
+    if nxt is not None:
+        rt.send_all([nxt])
+    else:
+        # The ending may have started the next wave, or the next run of a ladder.
+        rt.flush_outbox()
+    return result

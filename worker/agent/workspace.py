@@ -1,0 +1,152 @@
+"""A session's artifacts and plan in the database; what the tools read and write."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Connection
+
+from worker.store.tables import artifact_versions as versions
+from worker.store.tables import artifacts, plans
+
+
+@dataclass(frozen=True)
+class ArtifactState:
+    """An artifact as its session currently sees it."""
+
+    id: int
+    name: str
+    version: int
+    content: str
+    deleted: bool
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """One plan item."""
+
+    item_no: int
+    text: str
+    done: bool
+
+
+def get_artifact(conn: Connection, *, session_id: int, name: str) -> ArtifactState | None:
+    """The current state of a session's artifact, or None if it never existed."""
+    row = conn.execute(
+        select(artifacts.c.id, artifacts.c.name, artifacts.c.version, artifacts.c.content,
+               artifacts.c.deleted_at)
+        .where(artifacts.c.session_id == session_id, artifacts.c.name == name)
+    ).first()
+    if row is None:
+        return None
+    return ArtifactState(row.id, row.name, row.version, row.content, row.deleted_at is not None)
+
+
+def artifact_names(conn: Connection, *, session_id: int) -> list[str]:
+    """Names of the session's live artifacts."""
+    return list(
+        conn.execute(
+            select(artifacts.c.name)
+            .where(artifacts.c.session_id == session_id, artifacts.c.deleted_at.is_(None))
+            .order_by(artifacts.c.name)
+        ).scalars()
+    )
+
+
+def write_artifact(
+    conn: Connection,
+    *,
+    session_id: int,
+    name: str,
+    content: str,
+    size_bytes: int,
+    expected_version: int | None,
+    turn_no: int,
+    now: datetime,
+) -> int | None:
+    """Write a new version by compare-and-swap; create when ``expected_version`` is None.
+
+    Returns the new version number, or None when the CAS lost (the version moved on).
+    """
+    if expected_version is None:
+        result = conn.execute(
+            insert(artifacts)
+            .values(session_id=session_id, name=name, version=1, content=content,
+                    size_bytes=size_bytes, updated_at=now)
+            .returning(artifacts.c.id)
+        )
+        artifact_id, version = result.scalar_one(), 1
+    else:
+        row = conn.execute(
+            update(artifacts)
+            .where(artifacts.c.session_id == session_id, artifacts.c.name == name,
+                   artifacts.c.version == expected_version)
+            .values(version=expected_version + 1, content=content, size_bytes=size_bytes,
+                    updated_at=now, deleted_at=None)
+            .returning(artifacts.c.id)
+        ).first()
+        if row is None:
+            return None
+        artifact_id, version = row.id, expected_version + 1
+    conn.execute(
+        insert(versions).values(
+            artifact_id=artifact_id, version=version, turn_no=turn_no, content=content,
+            sha256=hashlib.sha256(content.encode()).hexdigest(), size_bytes=size_bytes,
+            created_at=now,
+        )
+    )
+    return version
+
+
+def mark_deleted(conn: Connection, *, artifact_id: int, expected_version: int,
+                 now: datetime) -> bool:
+    """Soft-delete an artifact (its versions stay); False when the CAS lost."""
+    result = conn.execute(
+        update(artifacts)
+        .where(artifacts.c.id == artifact_id, artifacts.c.version == expected_version)
+        .values(deleted_at=now, updated_at=now)
+    )
+    return result.rowcount == 1
+
+
+def version_id(conn: Connection, *, artifact_id: int, version: int) -> int:
+    """Primary key of one artifact version."""
+    return int(
+        conn.execute(
+            select(versions.c.id).where(versions.c.artifact_id == artifact_id,
+                                        versions.c.version == version)
+        ).scalar_one()
+    )
+
+
+def get_plan(conn: Connection, *, session_id: int) -> list[PlanEntry]:
+    """The session's plan, in order."""
+    rows = conn.execute(
+        select(plans.c.item_no, plans.c.text, plans.c.done)
+        .where(plans.c.session_id == session_id)
+        .order_by(plans.c.item_no)
+    ).all()
+    return [PlanEntry(r.item_no, r.text, r.done) for r in rows]
+
+
+def set_plan(conn: Connection, *, session_id: int, items: list[str], turn_no: int) -> None:
+    """Replace the session's plan with ``items`` (numbered from 1)."""
+    conn.execute(delete(plans).where(plans.c.session_id == session_id))
+    conn.execute(
+        insert(plans),
+        [{"session_id": session_id, "item_no": i, "text": text, "done": False,
+          "set_turn": turn_no} for i, text in enumerate(items, start=1)],
+    )
+
+
+def mark_plan_done(conn: Connection, *, session_id: int, item_no: int, turn_no: int) -> bool:
+    """Mark one item done; False if there is no such item."""
+    result = conn.execute(
+        update(plans)
+        .where(plans.c.session_id == session_id, plans.c.item_no == item_no)
+        .values(done=True, done_turn=turn_no)
+    )
+    return result.rowcount == 1

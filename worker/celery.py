@@ -1,0 +1,181 @@
+"""The Celery app, its tasks and signals: ``celery -A worker worker -Q sessions,verify``.
+
+``celery -A worker`` finds :data:`app` here (Celery looks for ``worker.celery`` when the
+package itself has no app). This is the only module of the core that imports Celery: the
+turn loop, the store and the fleet's threads are plain Python, and the tasks below are thin
+adapters around them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from functools import cached_property
+from typing import Any
+
+from celery import Celery, bootsteps, current_app, shared_task, signals
+from celery.concurrency.prefork import TaskPool as PreforkPool
+
+from worker.agent.turn import run_turn
+from worker.errors import TransientError
+from worker.fleet import sampler
+from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
+from worker.fleet.reconciler import ReconcilerThread
+from worker.fleet.runtime import Runtime
+from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE, Settings
+from worker.store.engine import make_engine
+
+__all__ = ["SwarmCelery", "app", "celery_config", "create_app"]
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings derived from Swarm's."""
+    transport: dict[str, Any] = {}
+    if settings.is_embedded:
+        transport["polling_interval"] = 0.05
+    elif settings.broker_url.startswith(("redis://", "rediss://")):
+        # A message unacknowledged this long is delivered again; the reconciler usually
+        # re-dispatches long before, so this only bounds how late a duplicate can be.
+        transport["visibility_timeout"] = 3600
+    return {
+        "broker_url": settings.broker_url,
+        "broker_transport_options": transport,
+        "broker_connection_retry_on_startup": True,
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_default_queue": SESSIONS_QUEUE,
+        "task_routes": {TURN_TASK: {"queue": SESSIONS_QUEUE},
+                        VERIFY_TASK: {"queue": VERIFY_QUEUE}},
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+    }
+
+
+class SwarmCelery(Celery):  # type: ignore[misc]
+    """A Celery app that carries Swarm's settings and, lazily, the process runtime."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        # The verify task lives with the verifier, which imports the core, never the reverse.
+        super().__init__("swarm", include=["verifier.tasks"])
+        self._given_settings = settings
+        self._runtime_lock = threading.Lock()
+        self._runtime: Runtime | None = None
+        # Read the environment when the app is first configured, not at import time.
+        self.add_defaults(lambda: celery_config(self.settings))
+        self.steps["worker"].add(ReconcilerStep)
+
+    @cached_property
+    def settings(self) -> Settings:
+        """The settings given to the factory, or those of the environment."""
+        return self._given_settings or Settings()
+
+    @property
+    def runtime(self) -> Runtime:
+        """This process's runtime, built on first use."""
+        with self._runtime_lock:
+            if self._runtime is None:
+                self._runtime = Runtime(settings=self.settings,
+                                        engine=make_engine(self.settings),
+                                        dispatcher=CeleryDispatcher(self))
+            return self._runtime
+
+
+class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Runs the reconciler beside every worker, for as long as the worker runs."""
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.thread: ReconcilerThread | None = None
+
+    def start(self, worker: Any) -> None:
+        app: SwarmCelery = worker.app
+        self.thread = ReconcilerThread(app.runtime, app.settings.reconcile_interval_s)
+        self.thread.start()
+
+    def stop(self, worker: Any) -> None:
+        if self.thread is not None:
+            self.thread.stop()
+
+
+def create_app(settings: Settings | None = None) -> SwarmCelery:
+    """Build the Celery app; without ``settings`` they come from ``SWARM_*`` on first use."""
+    return SwarmCelery(settings)
+
+
+app = create_app()
+
+
+@shared_task(name=TURN_TASK, bind=True, max_retries=None)  # type: ignore[untyped-decorator]
+def turn(self: Any, session_id: int, turn_no: int, retries: int = 0) -> str:
+    """Run one turn of one session; transient model errors come back as a retry.
+
+    ``retries`` counts the retries that used up the turn's allowance (a wait for the
+    fleet's limiter does not), so it is passed along rather than taken from Celery.
+    """
+    try:
+        return run_turn(rt=self.app.runtime, session_id=session_id, turn_no=turn_no,
+                        retries=retries).value
+    except TransientError as exc:
+        kwargs = {"session_id": session_id, "turn_no": turn_no,
+                  "retries": retries + (1 if exc.counts else 0)}
+        raise self.retry(args=(), kwargs=kwargs, countdown=exc.delay_s, exc=exc) from None
+
+
+# Resource sampling, through Celery's signals: one sampler per process that runs tasks.
+_worker_pid: int | None = None
+
+
+def _session_of(args: Any, kwargs: Any) -> int | None:
+    value = args[0] if args else (kwargs or {}).get("session_id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _start_sampler(celery_app: SwarmCelery) -> None:
+    sampler.start_sampler(engine=celery_app.runtime.engine, settings=celery_app.settings,
+                          queues=celery_app.amqp.queues.consume_from)
+
+
+@signals.task_prerun.connect  # type: ignore[untyped-decorator]
+def _before_task(args: Any = None, kwargs: Any = None, **_: Any) -> None:
+    if (session_id := _session_of(args, kwargs)) is not None:
+        sampler.task_started(session_id)
+
+
+@signals.task_postrun.connect  # type: ignore[untyped-decorator]
+def _after_task(args: Any = None, kwargs: Any = None, **_: Any) -> None:
+    if (session_id := _session_of(args, kwargs)) is not None:
+        sampler.task_ended(session_id)
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _after_worker_init(**_: Any) -> None:
+    global _worker_pid
+    _worker_pid = os.getpid()
+
+
+@signals.worker_process_init.connect  # type: ignore[untyped-decorator]
+def _after_process_init(**_: Any) -> None:
+    celery_app = current_app._get_current_object()
+    if _worker_pid is not None and os.getpid() != _worker_pid:
+        # A forked child must not share the pooled connections it inherited from the worker.
+        celery_app.runtime.engine.dispose(close=False)
+    _start_sampler(celery_app)
+
+
+@signals.worker_ready.connect  # type: ignore[untyped-decorator]
+def _after_worker_ready(sender: Any = None, **_: Any) -> None:
+    # Under prefork the main process only dispatches; its children sample themselves.
+    if sender is not None and not isinstance(sender.pool, PreforkPool):
+        _start_sampler(sender.app)
+
+
+@signals.worker_process_shutdown.connect  # type: ignore[untyped-decorator]
+@signals.worker_shutdown.connect  # type: ignore[untyped-decorator]
+def _before_shutdown(**_: Any) -> None:
+    sampler.stop_sampler()

@@ -1,0 +1,1 @@
+"""What runs in every worker process beside the tasks: runtime, dispatch, reconciler, sampler."""

@@ -1,0 +1,50 @@
+"""Sending the tasks the database decided on: task names, deterministic ids, the dispatcher."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE
+from worker.store.lifecycle import Dispatch
+
+#: Task that runs one turn.
+TURN_TASK = "swarm.turn"
+#: Task that verifies one handed-off artifact version.
+VERIFY_TASK = "swarm.verify"
+
+
+class Dispatcher(Protocol):
+    """Sends the tasks the database decided on."""
+
+    def send(self, item: Dispatch, *, delay_s: float = 0.0) -> None:
+        """Send one turn or verification task."""
+        ...
+
+
+class TaskSender(Protocol):
+    """What :class:`CeleryDispatcher` needs of a Celery app."""
+
+    def send_task(self, name: str, **options: Any) -> Any:
+        """Send a task by name."""
+        ...
+
+
+class CeleryDispatcher:
+    """Sends turn and verify tasks through a Celery app, with deterministic task ids."""
+
+    def __init__(self, app: TaskSender) -> None:
+        self.app = app
+
+    def send(self, item: Dispatch, *, delay_s: float = 0.0) -> None:
+        """Send one task."""
+        countdown = delay_s if delay_s > 0 else None
+        if item.kind == "turn":
+            self.app.send_task(TURN_TASK, kwargs={"session_id": item.session_id,
+                                                  "turn_no": item.number},
+                               task_id=f"turn:{item.session_id}:{item.number}",
+                               queue=SESSIONS_QUEUE, countdown=countdown)
+        else:
+            self.app.send_task(VERIFY_TASK, kwargs={"session_id": item.session_id,
+                                                    "round_no": item.number},
+                               task_id=f"verify:{item.session_id}:{item.number}",
+                               queue=VERIFY_QUEUE, countdown=countdown)

@@ -1,0 +1,79 @@
+"""Re-dispatch what the database says should run and does not.
+
+Redis only wakes workers up: a message may be lost (broker restart), late or duplicated.
+The reconciler looks at the source of truth and sends again whatever is due:
+undispatched outbox rows (a wave start), running sessions whose lease is free and whose
+last dispatch is stale (a lost turn, a dead worker), and sessions waiting on a verdict
+that never came. Sending twice is harmless: a turn claims a lease, a verdict is recorded
+once per round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from worker.fleet.runtime import Runtime
+from worker.models.gemini import cache as caches
+from worker.store import lifecycle
+from worker.store.tables import SessionStatus, sessions
+
+logger = logging.getLogger(__name__)
+
+
+def reconcile_once(rt: Runtime) -> int:
+    """One pass; returns how many tasks were sent."""
+    now = rt.clock()
+    stale = now - timedelta(seconds=rt.settings.redispatch_after_s)
+    stale_verify = now - timedelta(seconds=rt.settings.verify_redispatch_after_s)
+    s = sessions
+    running = s.c.status == SessionStatus.running.value
+    verifying = s.c.status == SessionStatus.verifying.value
+    with rt.engine.begin() as conn:
+        dispatches = lifecycle.take_outbox(conn, now=now, older_than=stale)
+        # Claiming by UPDATE ... RETURNING means two reconcilers never send the same row.
+        due = conn.execute(
+            update(s)
+            .where(
+                (running & ((s.c.lease_expires_at.is_(None)) | (s.c.lease_expires_at < now))
+                 & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale)))
+                | (verifying & ((s.c.dispatched_at.is_(None))
+                                | (s.c.dispatched_at < stale_verify)))
+            )
+            .values(dispatched_at=now)
+            .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
+        ).all()
+    for row in sorted(due):
+        if row.status == SessionStatus.verifying.value:
+            dispatches.append(lifecycle.Dispatch(row.id, "verify", row.repair_round))
+        else:
+            dispatches.append(lifecycle.Dispatch(row.id, "turn", row.next_turn))
+    if dispatches:
+        logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
+    sent = rt.send_all(dispatches)
+    caches.drop_ended(rt)
+    return sent
+
+
+class ReconcilerThread(threading.Thread):
+    """Runs :func:`reconcile_once` every ``interval_s`` until stopped."""
+
+    def __init__(self, rt: Runtime, interval_s: float) -> None:
+        super().__init__(name="swarm-reconciler", daemon=True)
+        self.rt = rt
+        self.interval_s = interval_s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval_s):
+            try:
+                reconcile_once(self.rt)
+            except Exception:  # the database may be restarting; try again next period
+                logger.warning("reconciler pass failed", exc_info=True)
+
+    def stop(self) -> None:
+        """Stop after the current pass."""
+        self._stop_event.set()

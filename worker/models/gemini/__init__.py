@@ -1,0 +1,1 @@
+"""Gemini through ``google-genai``: the provider and the run's explicit context cache."""

@@ -1,0 +1,1 @@
+"""Persistence: tables, the engine, every state transition, and the read models."""

@@ -1,0 +1,111 @@
+"""A user's hand on a run: cancel it (or a whole ladder), or resume what has not ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from worker.errors import InputError, LadderNotFound, RunNotFound
+from worker.store import lifecycle
+from worker.store.tables import RunStatus, SessionStatus, ladders, runs, sessions
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What ``cancel`` did: sessions ended at once, and those finishing a turn first."""
+
+    ended: int
+    in_flight: int
+
+
+def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
+    """Cancel a run: no new turn or wave starts, and its sessions end ``cancelled``.
+
+    A session whose turn is in flight (its lease is live) is left to finish that turn, so
+    the call it is paying for is recorded; it ends when it would start the next one.
+
+    Raises:
+        RunNotFound: no such run.
+        InputError: the run has already finished.
+    """
+    status = _status(conn, run_id)
+    if status == RunStatus.finished.value:
+        raise InputError(f"run {run_id} has already finished")
+    conn.execute(update(runs).where(runs.c.id == run_id).values(
+        status=RunStatus.cancelled.value,
+        stop_reason=runs.c.stop_reason if status == RunStatus.cancelled.value
+        else "cancelled by a user"))
+    rows = conn.execute(select(sessions.c.id, sessions.c.status, sessions.c.lease_expires_at)
+                        .where(sessions.c.run_id == run_id,
+                               sessions.c.status.in_(lifecycle.ACTIVE))
+                        .with_for_update()).all()
+    ended = in_flight = 0
+    for row in rows:
+        leased = row.lease_expires_at is not None and row.lease_expires_at > now
+        if row.status == SessionStatus.running.value and leased:
+            in_flight += 1
+        elif lifecycle.end_session(conn, session_id=row.id, status=SessionStatus.cancelled,
+                               now=now, outcome="cancelled", error="the run was cancelled"):
+            ended += 1
+    return Cancelled(ended, in_flight)
+
+
+def cancel_ladder(conn: Connection, *, ladder_id: int, now: datetime) -> Cancelled:
+    """Cancel a ladder: its running run as :func:`cancel_run` does, and every run to come.
+
+    Raises:
+        LadderNotFound: no such ladder.
+        InputError: the ladder has already finished.
+    """
+    status = conn.execute(select(ladders.c.status).where(ladders.c.id == ladder_id)).scalar()
+    if status is None:
+        raise LadderNotFound(f"no ladder L{ladder_id}")
+    if status == RunStatus.finished.value:
+        raise InputError(f"ladder L{ladder_id} has already finished")
+    conn.execute(update(ladders).where(ladders.c.id == ladder_id)
+                 .values(status=RunStatus.cancelled.value))
+    open_runs = conn.execute(select(runs.c.id).where(
+        runs.c.ladder_id == ladder_id,
+        runs.c.status.in_([RunStatus.pending.value, RunStatus.running.value]))
+        .order_by(runs.c.id)).scalars().all()
+    done = [cancel_run(conn, run_id=run_id, now=now) for run_id in open_runs]
+    return Cancelled(sum(d.ended for d in done), sum(d.in_flight for d in done))
+
+
+def resume_run(conn: Connection, *, run_id: int, now: datetime) -> list[lifecycle.Dispatch]:
+    """Dispatch again every session of a run that has not ended, and any wave start due.
+
+    A cancelled run becomes running again for the sessions it still has; ended sessions
+    stay as they are.
+
+    Raises:
+        RunNotFound: no such run.
+        InputError: the run has already finished.
+    """
+    if _status(conn, run_id) == RunStatus.finished.value:
+        raise InputError(f"run {run_id} has already finished; nothing to resume")
+    conn.execute(update(runs).where(runs.c.id == run_id,
+                                    runs.c.status == RunStatus.cancelled.value)
+                 .values(status=RunStatus.running.value, stop_reason=None))
+    rows = conn.execute(
+        update(sessions)
+        .where(sessions.c.run_id == run_id,
+               sessions.c.status.in_([SessionStatus.running.value,
+                                      SessionStatus.verifying.value]))
+        .values(dispatched_at=now)
+        .returning(sessions.c.id, sessions.c.status, sessions.c.next_turn,
+                   sessions.c.repair_round)).all()
+    dispatches = [
+        lifecycle.Dispatch(r.id, "verify", r.repair_round) if r.status == SessionStatus.verifying
+        else lifecycle.Dispatch(r.id, "turn", r.next_turn) for r in sorted(rows)]
+    return dispatches + lifecycle.take_outbox(conn, now=now, run_id=run_id)
+
+
+def _status(conn: Connection, run_id: int) -> str:
+    status = conn.execute(select(runs.c.status).where(runs.c.id == run_id)).scalar()
+    if status is None:
+        raise RunNotFound(f"no run {run_id}")
+    return str(status)

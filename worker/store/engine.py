@@ -1,0 +1,158 @@
+"""Engines, migrations and change notifications for the source of truth."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from worker.errors import NotMigrated
+from worker.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+#: PostgreSQL channel on which run progress is announced (payload: the run id).
+RUN_CHANNEL = "swarm_run"
+#: Seconds a SQLite writer waits for the file lock before failing.
+SQLITE_BUSY_TIMEOUT_S = 60
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware, in UTC."""
+    return datetime.now(UTC)
+
+
+def make_engine(settings: Settings) -> Engine:
+    """Create the engine for ``settings.database_url``.
+
+    SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` transactions, so that
+    concurrent writer threads queue on the lock instead of failing on upgrade.
+    """
+    url = settings.database_url
+    if settings.is_sqlite:
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S},
+            pool_size=settings.db_pool_size,
+            max_overflow=settings.db_max_overflow,
+        )
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+    return create_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+    )
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
+    # Let SQLAlchemy, not the driver, decide when transactions begin.
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def alembic_config(database_url: str) -> Config:
+    """An Alembic config for the packaged migrations, aimed at ``database_url``."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parents[2] / "migrations"))
+    cfg.attributes["database_url"] = database_url
+    return cfg
+
+
+def migrate(database_url: str, revision: str = "head") -> None:
+    """Bring the database at ``database_url`` to ``revision``."""
+    command.upgrade(alembic_config(database_url), revision)
+
+
+def downgrade(database_url: str, revision: str = "base") -> None:
+    """Take the database at ``database_url`` back to ``revision``."""
+    command.downgrade(alembic_config(database_url), revision)
+
+
+def head_revision() -> str:
+    """The latest revision the code knows."""
+    head = ScriptDirectory.from_config(alembic_config("")).get_current_head()
+    assert head is not None
+    return head
+
+
+def require_migrated(engine: Engine) -> None:
+    """Raise :class:`NotMigrated` unless the database is at the latest revision."""
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    if current != head_revision():
+        raise NotMigrated(
+            f"database is at revision {current or 'none'}, code expects {head_revision()}; "
+            "run `python -m scheduler migrate`"
+        )
+
+
+def notify_run(conn: Connection, run_id: int) -> None:
+    """Announce that run ``run_id`` changed, when the transaction commits (PostgreSQL only)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_notify(:channel, :payload)"),
+                     {"channel": RUN_CHANNEL, "payload": str(run_id)})
+
+
+@contextmanager
+def run_listener(engine: Engine) -> Iterator[RunListener]:
+    """Listen for run changes; yields a listener whose ``wait()`` blocks until one arrives."""
+    listener = RunListener(engine)
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+class RunListener:
+    """Blocks until a run changes (PostgreSQL ``LISTEN``), or times out.
+
+    On SQLite there is nobody to notify across processes, so ``wait`` simply returns after
+    its timeout and the caller re-reads the database.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._conn: Any = None
+        if engine.dialect.name == "postgresql":
+            self._conn = engine.raw_connection()
+            self._conn.driver_connection.autocommit = True
+            self._conn.driver_connection.execute(f"LISTEN {RUN_CHANNEL}")
+
+    def wait(self, timeout_s: float) -> set[int]:
+        """Return the ids of runs that changed within ``timeout_s`` seconds."""
+        if self._conn is None:
+            time.sleep(timeout_s)
+            return set()
+        changed = {int(n.payload) for n in self._conn.driver_connection.notifies(
+            timeout=timeout_s, stop_after=1)}
+        return changed
+
+    def close(self) -> None:
+        """Stop listening and return the connection."""
+        if self._conn is not None:
+            # A listening session must not go back to the pool.
+            self._conn.invalidate()
+            self._conn = None

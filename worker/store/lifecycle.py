@@ -1,0 +1,377 @@
+"""Session lifecycle in the database: leases, fencing, endings and the wave barrier.
+
+Every function takes an open :class:`~sqlalchemy.engine.Connection` inside the caller's
+transaction, so a turn's effects commit or vanish together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from worker.store.engine import notify_run
+from worker.store.tables import (
+    TERMINAL,
+    RunStatus,
+    SessionStatus,
+    WaveStatus,
+    events,
+    ladders,
+    outbox,
+    runs,
+    sessions,
+    usage,
+    waves,
+)
+
+#: Session states in which a session still holds its wave open.
+ACTIVE = tuple(s.value for s in SessionStatus if s not in TERMINAL)
+#: Outbox kind that starts the next wave of a run.
+START_WAVE = "start_wave"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A turn this worker owns until ``expires_at``, fenced by ``epoch``."""
+
+    session_id: int
+    turn_no: int
+    epoch: int
+    attempts: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A task the database says must be sent: a turn, or a verification."""
+
+    session_id: int
+    kind: str
+    number: int
+
+
+def claim_turn(
+    conn: Connection, *, session_id: int, turn_no: int, owner: str, now: datetime, ttl_s: float
+) -> Claim | None:
+    """Take the session lease for ``turn_no`` (``lease_epoch + 1``).
+
+    Returns None when the turn is not due: already committed, session not running, or the
+    lease is held by a live worker. That is how duplicated and late turn tasks do nothing.
+    """
+    expires_at = now + timedelta(seconds=ttl_s)
+    row = conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.next_turn == turn_no,
+            sessions.c.status == SessionStatus.running.value,
+            (sessions.c.lease_expires_at.is_(None)) | (sessions.c.lease_expires_at < now),
+        )
+        .values(
+            lease_epoch=sessions.c.lease_epoch + 1,
+            lease_owner=owner,
+            lease_expires_at=expires_at,
+            turn_attempts=sessions.c.turn_attempts + 1,
+        )
+        .returning(sessions.c.lease_epoch, sessions.c.turn_attempts)
+    ).first()
+    if row is None:
+        return None
+    return Claim(session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at)
+
+
+def release_turn(conn: Connection, *, claim: Claim, retry_at: datetime,
+                 counted: bool = True) -> bool:
+    """Hand the lease back without committing the turn, before a retry at ``retry_at``.
+
+    ``turn_attempts`` counts claims that vanished without a commit or a release (a worker
+    crashing on the turn), so a clean release gives its attempt back. A ``counted`` release
+    (a model failure, not a wait for the fleet's limiter) adds to ``model_retries``.
+    """
+    result = conn.execute(
+        update(sessions)
+        .where(sessions.c.id == claim.session_id, sessions.c.lease_epoch == claim.epoch)
+        .values(lease_owner=None, lease_expires_at=None, dispatched_at=retry_at,
+                turn_attempts=sessions.c.turn_attempts - 1,
+                model_retries=sessions.c.model_retries + (1 if counted else 0))
+    )
+    return result.rowcount == 1
+
+
+def fence_turn(conn: Connection, *, claim: Claim, now: datetime, status: SessionStatus) -> bool:
+    """Commit point of a turn: advance ``next_turn`` if this worker still holds the lease.
+
+    Must be the first statement of the commit transaction: it row-locks the session, so
+    a stale worker (whose epoch was superseded) changes 0 rows and writes nothing.
+    """
+    result = conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.id == claim.session_id,
+            sessions.c.lease_epoch == claim.epoch,
+            sessions.c.next_turn == claim.turn_no,
+            sessions.c.status == SessionStatus.running.value,
+        )
+        .values(
+            next_turn=claim.turn_no + 1,
+            turn_attempts=0,
+            lease_owner=None,
+            lease_expires_at=None,
+            dispatched_at=now,
+            status=status.value,
+        )
+    )
+    return result.rowcount == 1
+
+
+def holds_lease(conn: Connection, *, claim: Claim) -> bool:
+    """True while ``claim`` is the session's current lease (locks the row on PostgreSQL)."""
+    row = conn.execute(
+        select(sessions.c.id)
+        .where(sessions.c.id == claim.session_id, sessions.c.lease_epoch == claim.epoch,
+               sessions.c.next_turn == claim.turn_no)
+        .with_for_update()
+    ).first()
+    return row is not None
+
+
+def end_session(
+    conn: Connection,
+    *,
+    session_id: int,
+    status: SessionStatus,
+    now: datetime,
+    outcome: str | None = None,
+    error: str | None = None,
+    epoch: int | None = None,
+) -> bool:
+    """End an active session and count it on its wave's barrier.
+
+    With ``epoch``, only the lease holder may end it. Returns False when the session had
+    already ended (or the lease moved on), so an ending is recorded exactly once.
+    """
+    assert status in TERMINAL
+    conditions = [sessions.c.id == session_id, sessions.c.status.in_(ACTIVE)]
+    if epoch is not None:
+        conditions.append(sessions.c.lease_epoch == epoch)
+    row = conn.execute(
+        update(sessions)
+        .where(*conditions)
+        .values(
+            status=status.value,
+            outcome=outcome or status.value,
+            error=error,
+            finished_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+        .returning(sessions.c.wave_id, sessions.c.run_id)
+    ).first()
+    if row is None:
+        return False
+    _count_on_barrier(conn, wave_id=row.wave_id, run_id=row.run_id, now=now)
+    return True
+
+
+def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datetime) -> None:
+    # The UPDATE row-locks the wave, so exactly one session sees done_count == size:
+    # that last finisher closes the wave and writes the outbox row for the next one.
+    wave = conn.execute(
+        update(waves)
+        .where(waves.c.id == wave_id)
+        .values(done_count=waves.c.done_count + 1)
+        .returning(waves.c.done_count, waves.c.size, waves.c.index.label("wave_index"))
+    ).one()
+    if wave.done_count < wave.size:
+        notify_run(conn, run_id)
+        return
+    conn.execute(
+        update(waves)
+        .where(waves.c.id == wave_id)
+        .values(status=WaveStatus.finished.value, finished_at=now)
+    )
+    has_next = conn.execute(
+        select(waves.c.id).where(waves.c.run_id == run_id, waves.c.index == wave.wave_index + 1)
+    ).first()
+    run_status = conn.execute(select(runs.c.status).where(runs.c.id == run_id)).scalar_one()
+    if has_next is not None and run_status == RunStatus.running.value:
+        conn.execute(insert(outbox).values(wave_start(run_id, wave.wave_index + 1, now)))
+    elif run_status == RunStatus.running.value:
+        conn.execute(
+            update(runs)
+            .where(runs.c.id == run_id)
+            .values(status=RunStatus.finished.value, finished_at=now)
+        )
+        _next_in_ladder(conn, run_id=run_id, now=now)
+    elif run_status == RunStatus.cancelled.value and not _any_active(conn, run_id):
+        conn.execute(update(runs).where(runs.c.id == run_id).values(finished_at=now))
+    notify_run(conn, run_id)
+
+
+def wave_start(run_id: int, index: int, now: datetime) -> dict[str, Any]:
+    """The outbox row that starts wave ``index`` of a run (its key makes it unique)."""
+    return {"key": f"run:{run_id}:wave:{index}", "run_id": run_id, "kind": START_WAVE,
+            "payload": {"index": index}, "created_at": now}
+
+
+def _next_in_ladder(conn: Connection, *, run_id: int, now: datetime) -> None:
+    # A ladder's runs go one after the other: the finished run starts the next pending one,
+    # or closes the ladder when it was the last.
+    ladder_id = conn.execute(select(runs.c.ladder_id).where(runs.c.id == run_id)).scalar()
+    if ladder_id is None:
+        return
+    nxt = conn.execute(select(runs.c.id).where(
+        runs.c.ladder_id == ladder_id, runs.c.status == RunStatus.pending.value,
+        runs.c.id > run_id).order_by(runs.c.id).limit(1)).scalar()
+    if nxt is not None:
+        conn.execute(insert(outbox).values(wave_start(nxt, 1, now)))
+        notify_run(conn, nxt)
+    else:
+        conn.execute(update(ladders).where(ladders.c.id == ladder_id).values(
+            status=RunStatus.finished.value, finished_at=now))
+
+
+def _any_active(conn: Connection, run_id: int) -> bool:
+    return conn.execute(select(sessions.c.id).where(
+        sessions.c.run_id == run_id, sessions.c.status.in_(ACTIVE)).limit(1)).first() is not None
+
+
+def start_wave(conn: Connection, *, run_id: int, index: int, now: datetime) -> list[Dispatch]:
+    """Start wave ``index`` of a run once; returns the first turns to dispatch."""
+    wave = conn.execute(
+        update(waves)
+        .where(
+            waves.c.run_id == run_id,
+            waves.c.index == index,
+            waves.c.status == WaveStatus.pending.value,
+        )
+        .values(status=WaveStatus.running.value, started_at=now)
+        .returning(waves.c.id)
+    ).first()
+    if wave is None:
+        return []
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id, runs.c.status == RunStatus.pending.value)
+        .values(status=RunStatus.running.value, started_at=now)
+    )
+    started = conn.execute(
+        update(sessions)
+        .where(sessions.c.wave_id == wave.id, sessions.c.status == SessionStatus.pending.value)
+        .values(status=SessionStatus.running.value, started_at=now, dispatched_at=now)
+        .returning(sessions.c.id, sessions.c.next_turn)
+    ).all()
+    notify_run(conn, run_id)
+    return [Dispatch(r.id, "turn", r.next_turn) for r in sorted(started)]
+
+
+def take_outbox(conn: Connection, *, now: datetime, older_than: datetime | None = None,
+                run_id: int | None = None) -> list[Dispatch]:
+    """Process undispatched outbox rows: mark each dispatched and start its wave."""
+    query = select(outbox.c.id, outbox.c.run_id, outbox.c.kind, outbox.c.payload).where(
+        outbox.c.dispatched_at.is_(None)
+    )
+    if older_than is not None:
+        query = query.where(outbox.c.created_at < older_than)
+    if run_id is not None:
+        query = query.where(outbox.c.run_id == run_id)
+    dispatches: list[Dispatch] = []
+    for row in conn.execute(query.order_by(outbox.c.id)).all():
+        taken = conn.execute(
+            update(outbox)
+            .where(outbox.c.id == row.id, outbox.c.dispatched_at.is_(None))
+            .values(dispatched_at=now)
+        )
+        if taken.rowcount != 1:
+            continue
+        if row.kind == START_WAVE:
+            dispatches += start_wave(conn, run_id=row.run_id, index=row.payload["index"], now=now)
+    return dispatches
+
+
+def next_seq(conn: Connection, *, session_id: int, turn_no: int) -> int:
+    """The next free event sequence number within one turn."""
+    last = conn.execute(
+        select(func.max(events.c.seq)).where(
+            events.c.session_id == session_id, events.c.turn_no == turn_no
+        )
+    ).scalar()
+    return 0 if last is None else int(last) + 1
+
+
+def add_events(
+    conn: Connection,
+    *,
+    session_id: int,
+    turn_no: int,
+    items: list[tuple[str, dict[str, Any]]],
+    now: datetime,
+) -> None:
+    """Append ``(kind, payload)`` events to a turn, after any already there."""
+    if not items:
+        return
+    seq = next_seq(conn, session_id=session_id, turn_no=turn_no)
+    conn.execute(
+        insert(events),
+        [
+            {"session_id": session_id, "turn_no": turn_no, "seq": seq + i, "kind": kind,
+             "payload": payload, "created_at": now}
+            for i, (kind, payload) in enumerate(items)
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """A session as a turn needs it: its run's settings and its event log."""
+
+    id: int
+    run_id: int
+    index: int
+    persona: str
+    brief: dict[str, Any]
+    status: str
+    next_turn: int
+    repair_round: int
+    model: str
+    profile: str
+    run_config: dict[str, Any]
+    run_status: str
+    run_budget_usd: float | None
+    events: list[tuple[str, dict[str, Any]]]
+
+
+def load_session(conn: Connection, *, session_id: int) -> SessionView:
+    """Load a session, its run's settings and its events in log order."""
+    row = conn.execute(
+        select(sessions.c.id, sessions.c.run_id, sessions.c.index.label("session_index"),
+               sessions.c.persona,
+               sessions.c.brief, sessions.c.status, sessions.c.next_turn,
+               sessions.c.repair_round, runs.c.model, runs.c.profile, runs.c.config,
+               runs.c.status.label("run_status"), runs.c.budget_usd)
+        .join(runs, runs.c.id == sessions.c.run_id)
+        .where(sessions.c.id == session_id)
+    ).one()
+    log = conn.execute(
+        select(events.c.kind, events.c.payload)
+        .where(events.c.session_id == session_id)
+        .order_by(events.c.turn_no, events.c.seq)
+    ).all()
+    return SessionView(
+        id=row.id, run_id=row.run_id, index=row.session_index, persona=row.persona, brief=row.brief,
+        status=row.status, next_turn=row.next_turn, repair_round=row.repair_round,
+        model=row.model, profile=row.profile, run_config=row.config, run_status=row.run_status,
+        run_budget_usd=row.budget_usd,
+        events=[(e.kind, e.payload) for e in log],
+    )
+
+
+def add_usage(conn: Connection, *, session_id: int, run_id: int, turn_no: int,
+              values: dict[str, Any], now: datetime) -> None:
+    """Record the usage row of one committed turn."""
+    conn.execute(insert(usage).values(session_id=session_id, run_id=run_id, turn_no=turn_no,
+                                      created_at=now, **values))
