@@ -19,8 +19,13 @@ def _url() -> str:
 
 def run_migrations_offline() -> None:
     """Emit SQL without a connection."""
-    context.configure(url=_url(), target_metadata=metadata, compare_type=True,
-                      literal_binds=True, render_as_batch=True)
+    context.configure(
+        url=_url(),
+        target_metadata=metadata,
+        compare_type=True,
+        literal_binds=True,
+        render_as_batch=True,
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -39,8 +44,9 @@ def run_migrations_online() -> None:
 
 def _run(connection: object) -> None:
     # render_as_batch lets the same revisions alter tables on SQLite.
-    context.configure(connection=connection, target_metadata=metadata, compare_type=True,
-                      render_as_batch=True)
+    context.configure(
+        connection=connection, target_metadata=metadata, compare_type=True, render_as_batch=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -47,7 +47,8 @@ def _require_basic_auth() -> None:
     if not pairs or not all(_is_credential(pair) for pair in pairs):
         raise SystemExit(
             "flowerconfig: set FLOWER_BASIC_AUTH=user:password (both non-empty); "
-            "Flower does not start without basic auth")
+            "Flower does not start without basic auth"
+        )
 
 
 def _protect_metrics() -> None:

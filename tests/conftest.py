@@ -74,16 +74,23 @@ def redis_url() -> Iterator[str]:
     client.flushdb()
 
 
-
 @pytest.fixture
 def settings(pg_url: str, redis_url: str) -> Iterator[Settings]:
     """Settings against the test services, with short timings; tables emptied afterwards."""
     # Short timings so that faults heal quickly; a frame-rate floor that a busy test
     # machine still reaches (the frame-rate check itself is tested on the page corpus).
-    yield Settings(database_url=pg_url, broker_url=redis_url, lease_ttl_s=30,
-                   redispatch_after_s=3, reconcile_interval_s=0.5, retry_backoff_s=0.2,
-                   verify_min_fps=10, gemini_timeout_s=5, limiter_wait_s=5,
-                   limiter_prefix=f"swarm:test:{secrets.token_hex(4)}:limit")
+    yield Settings(
+        database_url=pg_url,
+        broker_url=redis_url,
+        lease_ttl_s=30,
+        redispatch_after_s=3,
+        reconcile_interval_s=0.5,
+        retry_backoff_s=0.2,
+        verify_min_fps=10,
+        gemini_timeout_s=5,
+        limiter_wait_s=5,
+        limiter_prefix=f"swarm:test:{secrets.token_hex(4)}:limit",
+    )
     engine = make_engine(Settings(database_url=pg_url))
     with engine.begin() as conn:
         tables = ", ".join(t.name for t in metadata.sorted_tables)
@@ -128,10 +135,25 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         self._ready.clear()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker", "worker", "--loglevel", "INFO",
-             "--without-gossip", "--without-mingle", *self.args],
-            cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "worker",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+                *self.args,
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
         if not self._ready.wait(WORKER_READY_TIMEOUT_S):
             self.stop()
@@ -172,21 +194,23 @@ class WorkerProcess:
 def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     """Environment for a child process that should use ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
-    env.update({
-        "SWARM_DATABASE_URL": settings.database_url,
-        "SWARM_BROKER_URL": settings.broker_url,
-        "SWARM_LEASE_TTL_S": str(settings.lease_ttl_s),
-        "SWARM_REDISPATCH_AFTER_S": str(settings.redispatch_after_s),
-        "SWARM_RECONCILE_INTERVAL_S": str(settings.reconcile_interval_s),
-        "SWARM_RETRY_BACKOFF_S": str(settings.retry_backoff_s),
-        "SWARM_VERIFY_MIN_FPS": str(settings.verify_min_fps),
-        "SWARM_GEMINI_TIMEOUT_S": str(settings.gemini_timeout_s),
-        "SWARM_LIMITER_WAIT_S": str(settings.limiter_wait_s),
-        "SWARM_LIMITER_PREFIX": settings.limiter_prefix,
-        # Runtime tests judge statically; tests of the browser verifier ask for it.
-        "SWARM_VERIFIER": "static",
-        **extra,
-    })
+    env.update(
+        {
+            "SWARM_DATABASE_URL": settings.database_url,
+            "SWARM_BROKER_URL": settings.broker_url,
+            "SWARM_LEASE_TTL_S": str(settings.lease_ttl_s),
+            "SWARM_REDISPATCH_AFTER_S": str(settings.redispatch_after_s),
+            "SWARM_RECONCILE_INTERVAL_S": str(settings.reconcile_interval_s),
+            "SWARM_RETRY_BACKOFF_S": str(settings.retry_backoff_s),
+            "SWARM_VERIFY_MIN_FPS": str(settings.verify_min_fps),
+            "SWARM_GEMINI_TIMEOUT_S": str(settings.gemini_timeout_s),
+            "SWARM_LIMITER_WAIT_S": str(settings.limiter_wait_s),
+            "SWARM_LIMITER_PREFIX": settings.limiter_prefix,
+            # Runtime tests judge statically; tests of the browser verifier ask for it.
+            "SWARM_VERIFIER": "static",
+            **extra,
+        }
+    )
     return env
 
 
@@ -197,9 +221,10 @@ def start_worker(settings: Settings) -> Iterator[Callable[..., WorkerProcess]]:
 
     def start(*args: str, concurrency: int = 20, **env: str) -> WorkerProcess:
         name = f"test{len(started)}-{secrets.token_hex(3)}@%h"
-        worker = WorkerProcess(service_env(settings, **env), [
-            "-Q", "sessions,verify", "-P", "threads", "-c", str(concurrency), "-n", name,
-            *args]).start()
+        worker = WorkerProcess(
+            service_env(settings, **env),
+            ["-Q", "sessions,verify", "-P", "threads", "-c", str(concurrency), "-n", name, *args],
+        ).start()
         started.append(worker)
         return worker
 
@@ -213,8 +238,12 @@ def fake_gemini() -> Iterator[Callable[..., FakeGemini]]:
     """Factory: start a fake Gemini API on 127.0.0.1; all are stopped afterwards."""
     started: list[FakeGemini] = []
 
-    def start(*, latency_ms: int = 20, mix: dict[str, float] | None = None,
-              faults: list[FaultRule] | None = None) -> FakeGemini:
+    def start(
+        *,
+        latency_ms: int = 20,
+        mix: dict[str, float] | None = None,
+        faults: list[FaultRule] | None = None,
+    ) -> FakeGemini:
         sim = SimConfig(latency_ms=latency_ms, mix=mix or {"diligent": 1.0})
         fake = FakeGemini(sim=sim, faults=faults).start()
         started.append(fake)

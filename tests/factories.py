@@ -19,19 +19,37 @@ from worker.store.tables import artifact_versions, artifacts, events, sessions, 
 _seeds = itertools.count(1000)
 
 
-def make_run(engine: Engine, *, waves: str = "1x1", model: str = "sim", start: bool = True,
-             budget_usd: float | None = None, profile: str = "candidate",
-             **config: Any) -> tuple[int, list[int]]:
+def make_run(
+    engine: Engine,
+    *,
+    waves: str = "1x1",
+    model: str = "sim",
+    start: bool = True,
+    budget_usd: float | None = None,
+    profile: str = "candidate",
+    **config: Any,
+) -> tuple[int, list[int]]:
     """Create a run (wave 1 started unless ``start`` is false); returns (run id, session ids)."""
     config.setdefault("seed", next(_seeds))
     config.setdefault("sim_latency_ms", 0)
     with engine.begin() as conn:
-        run_id = create_run(conn, model=model, config=RunConfig(waves=waves, **config),
-                            now=utcnow(), budget_usd=budget_usd, profile=profile)
+        run_id = create_run(
+            conn,
+            model=model,
+            config=RunConfig(waves=waves, **config),
+            now=utcnow(),
+            budget_usd=budget_usd,
+            profile=profile,
+        )
         if start:
             take_outbox(conn, now=utcnow(), run_id=run_id)
-        ids = conn.execute(select(sessions.c.id).where(sessions.c.run_id == run_id)
-                           .order_by(sessions.c.index)).scalars().all()
+        ids = (
+            conn.execute(
+                select(sessions.c.id).where(sessions.c.run_id == run_id).order_by(sessions.c.index)
+            )
+            .scalars()
+            .all()
+        )
     return run_id, list(ids)
 
 
@@ -41,9 +59,22 @@ def enqueue(settings: Settings, *args: str, model: str = "sim", seed: int = 7) -
 
     from scheduler.cli import cli
 
-    result = CliRunner().invoke(cli, [
-        "--database-url", settings.database_url, "--broker-url", settings.broker_url,
-        "enqueue", "--model", model, "--seed", str(seed), *args], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--database-url",
+            settings.database_url,
+            "--broker-url",
+            settings.broker_url,
+            "enqueue",
+            "--model",
+            model,
+            "--seed",
+            str(seed),
+            *args,
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     return int(result.output.split()[1].rstrip(":"))
 
@@ -57,20 +88,27 @@ def model_turn(*calls: FunctionCall, text: str = "") -> ModelTurn:
     """A model turn with the given calls (or only text)."""
     parts: list[dict[str, Any]] = [
         {"function_call": {"id": f"c{i}", "name": c.name, "args": c.args}}
-        for i, c in enumerate(calls)]
+        for i, c in enumerate(calls)
+    ]
     if text:
         parts.insert(0, {"text": text})
     content: Content = {"role": "model", "parts": parts}
-    return ModelTurn(content=content, calls=calls_of(content), text=text,
-                     usage=TokenUsage(prompt_tokens=1000, cached_tokens=800, output_tokens=50,
-                                      thoughts_tokens=20))
+    return ModelTurn(
+        content=content,
+        calls=calls_of(content),
+        text=text,
+        usage=TokenUsage(
+            prompt_tokens=1000, cached_tokens=800, output_tokens=50, thoughts_tokens=20
+        ),
+    )
 
 
 class ScriptedModel:
     """Plays back model turns in order; ``before`` runs inside each call (to inject faults)."""
 
-    def __init__(self, turns: Iterable[ModelTurn],
-                 before: Callable[[ModelRequest], None] | None = None) -> None:
+    def __init__(
+        self, turns: Iterable[ModelTurn], before: Callable[[ModelRequest], None] | None = None
+    ) -> None:
         self.turns = list(turns)
         self.requests: list[ModelRequest] = []
         self.before = before
@@ -85,8 +123,8 @@ class ScriptedModel:
 def page(marker: str = "v1") -> str:
     """A small page that passes the static checks."""
     return (
-        "<!doctype html><html><body><main id=\"dash\"><section id=\"gauges\">"
-        f"<h2>{marker}</h2></section></main><canvas id=\"c\"></canvas><script>"
+        '<!doctype html><html><body><main id="dash"><section id="gauges">'
+        f'<h2>{marker}</h2></section></main><canvas id="c"></canvas><script>'
         "const ctx=document.getElementById('c').getContext('2d');let t=0;"
         "function f(){t++;ctx.fillRect(t%100,10,5,5);requestAnimationFrame(f);}"
         "requestAnimationFrame(f);</script></body></html>"
@@ -98,21 +136,38 @@ def run_script(rt: Runtime, session_id: int, turns: list[ModelTurn]) -> list[str
     from worker.agent.turn import run_turn
 
     model = ScriptedModel(turns)
-    return [run_turn(rt=rt, session_id=session_id, turn_no=n, model=model).value
-            for n in range(len(turns))]
+    return [
+        run_turn(rt=rt, session_id=session_id, turn_no=n, model=model).value
+        for n in range(len(turns))
+    ]
 
 
 def duplicates(engine: Engine) -> dict[str, int]:
     """Rows that would betray a turn committed twice (all must be 0)."""
     with engine.connect() as conn:
-        usage_per_turn = select(usage.c.session_id, usage.c.turn_no).group_by(
-            usage.c.session_id, usage.c.turn_no).having(func.count() > 1)
-        model_events = select(events.c.session_id, events.c.turn_no).where(
-            events.c.kind == "model").group_by(events.c.session_id, events.c.turn_no).having(
-            func.count() > 1)
+        usage_per_turn = (
+            select(usage.c.session_id, usage.c.turn_no)
+            .group_by(usage.c.session_id, usage.c.turn_no)
+            .having(func.count() > 1)
+        )
+        model_events = (
+            select(events.c.session_id, events.c.turn_no)
+            .where(events.c.kind == "model")
+            .group_by(events.c.session_id, events.c.turn_no)
+            .having(func.count() > 1)
+        )
         # version numbers of each artifact must be exactly 1..n
-        gaps = select(artifacts.c.id).join(artifact_versions).group_by(artifacts.c.id).having(
-            func.count() != func.max(artifact_versions.c.version))
-        return {name: len(conn.execute(q).all()) for name, q in
-                (("usage", usage_per_turn), ("model_events", model_events),
-                 ("version_gaps", gaps))}
+        gaps = (
+            select(artifacts.c.id)
+            .join(artifact_versions)
+            .group_by(artifacts.c.id)
+            .having(func.count() != func.max(artifact_versions.c.version))
+        )
+        return {
+            name: len(conn.execute(q).all())
+            for name, q in (
+                ("usage", usage_per_turn),
+                ("model_events", model_events),
+                ("version_gaps", gaps),
+            )
+        }

@@ -113,7 +113,8 @@ class Browser:
         if display not in ("headless", "xvfb"):
             raise ValueError(f"display must be 'headless' or 'xvfb', not {display!r}")
         self.executable_path = (
-            os.fspath(executable_path) if executable_path else default_executable(display))
+            os.fspath(executable_path) if executable_path else default_executable(display)
+        )
         self.display = display
         self.max_pages = max_pages or os.cpu_count() or 1
         # An unknown switch Chromium ignores, to find this browser's root process.
@@ -350,7 +351,8 @@ def find_root(marker: str) -> psutil.Process | None:
         except psutil.Error:
             continue
     launched = {
-        pid: ppid for pid, (_, ppid, exe) in found.items()
+        pid: ppid
+        for pid, (_, ppid, exe) in found.items()
         if ppid not in found or found[ppid][2] != exe
     }
     parents = set(launched.values())

@@ -18,8 +18,7 @@ from worker.errors import RendererStarved
 if TYPE_CHECKING:
     from verifier.browser import Browser, BrowserReport
 
-__all__ = ["DEFAULT_MIN_FPS", "MIN_OWN_LOOP_SHARE", "Verdict", "browser_checks", "judge",
-           "starved"]
+__all__ = ["DEFAULT_MIN_FPS", "MIN_OWN_LOOP_SHARE", "Verdict", "browser_checks", "judge", "starved"]
 
 #: Frames per second the page's own animation loop must reach.
 DEFAULT_MIN_FPS = 30.0
@@ -104,7 +103,8 @@ def judge(
     if retry_starved and starved(report, min_fps=min_fps, host_busy=host_busy):
         raise RendererStarved(
             f"the renderer was starved: frames ran at {report.fps:.1f} fps with the host "
-            f"{host_busy:.0%} busy; judge it again later")
+            f"{host_busy:.0%} busy; judge it again later"
+        )
     checks += browser_checks(report, min_fps=min_fps)
     return Verdict(
         passed=passed(checks),
@@ -118,12 +118,14 @@ def busy_share(before: Any, after: Any) -> float:
     """Share of the host's CPU time spent busy between two ``psutil.cpu_times()``."""
     total = sum(after) - sum(before)
     idle = (after.idle + getattr(after, "iowait", 0.0)) - (
-        before.idle + getattr(before, "iowait", 0.0))
+        before.idle + getattr(before, "iowait", 0.0)
+    )
     return max(0.0, min(1.0, 1.0 - idle / total)) if total > 0 else 0.0
 
 
-def starved(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS,
-            host_busy: float = 0.0) -> bool:
+def starved(
+    report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS, host_busy: float = 0.0
+) -> bool:
     """Whether a low frame rate was the machine's fault, not the page's.
 
     Either the host's CPUs were saturated during the window, or the display itself ran

@@ -254,8 +254,11 @@ def _report(
         window_s=window_s,
         fps=page_frames / window_s if window_s > 0 else 0.0,
         callbacks_per_s=int(raw.get("callbacks", 0)) / window_s if window_s > 0 else 0.0,
-        script_ms_per_frame=(float(raw.get("callbackMs", 0.0)) / int(raw["pageFrames"])
-                             if raw.get("pageFrames") else 0.0),
+        script_ms_per_frame=(
+            float(raw.get("callbackMs", 0.0)) / int(raw["pageFrames"])
+            if raw.get("pageFrames")
+            else 0.0
+        ),
         own_loop_share=int(raw.get("sharedFrames", 0)) / display_frames if display_frames else 0.0,
         display_frames=display_frames,
         page_frames=page_frames,

@@ -24,14 +24,23 @@ def verify(self: Any, session_id: int, round_no: int) -> str:
     rt = self.app.runtime
     try:
         # A starved renderer is retried a few times; after that the page is judged as is.
-        return verify_handoff(rt, session_id=session_id, round_no=round_no,
-                              browser=shared_browser(rt.settings),
-                              retry_starved=self.request.retries < MAX_STARVED_RETRIES)
+        return verify_handoff(
+            rt,
+            session_id=session_id,
+            round_no=round_no,
+            browser=shared_browser(rt.settings),
+            retry_starved=self.request.retries < MAX_STARVED_RETRIES,
+        )
     except BrowserUnavailable as exc:
         # An infrastructure fault, never the artifact's: nothing was recorded; try again.
         delay_s = min(2.0 * 2**self.request.retries, 60.0)
-        logger.warning("verify %s/%s: browser unavailable (%s); retry in %.0fs",
-                       session_id, round_no, exc, delay_s)
+        logger.warning(
+            "verify %s/%s: browser unavailable (%s); retry in %.0fs",
+            session_id,
+            round_no,
+            exc,
+            delay_s,
+        )
         raise self.retry(countdown=delay_s, exc=exc) from None
 
 

@@ -31,7 +31,8 @@ def shared_browser(settings: Settings) -> Browser | None:
     global _browser, _warned_static
     chromium = settings.chromium_path or Path(default_executable(settings.display))
     use_browser = settings.verifier == "browser" or (
-        settings.verifier == "auto" and chromium.exists())
+        settings.verifier == "auto" and chromium.exists()
+    )
     if settings.verifier == "browser" and not chromium.exists():
         raise ConfigError(f"Chromium not found at {chromium}")
     with _lock:
@@ -39,13 +40,17 @@ def shared_browser(settings: Settings) -> Browser | None:
             # Static checks were asked for, or chosen because Chromium is missing: only the
             # second is worth a warning.
             if settings.verifier == "auto" and not _warned_static:
-                logger.warning("Chromium not found at %s: artifacts are judged by static "
-                               "checks only", chromium)
+                logger.warning(
+                    "Chromium not found at %s: artifacts are judged by static checks only", chromium
+                )
                 _warned_static = True
             return None
         if _browser is None:
-            _browser = Browser(executable_path=chromium, display=settings.display,
-                               max_pages=settings.verify_max_pages)
+            _browser = Browser(
+                executable_path=chromium,
+                display=settings.display,
+                max_pages=settings.verify_max_pages,
+            )
         return _browser
 
 
@@ -58,8 +63,14 @@ def close_browser() -> None:
             _browser = None
 
 
-def verify_handoff(rt: Runtime, *, session_id: int, round_no: int, browser: Browser | None,
-                   retry_starved: bool = True) -> str:
+def verify_handoff(
+    rt: Runtime,
+    *,
+    session_id: int,
+    round_no: int,
+    browser: Browser | None,
+    retry_starved: bool = True,
+) -> str:
     """Judge what a session handed off in ``round_no`` and record the verdict.
 
     Returns:
@@ -72,13 +83,22 @@ def verify_handoff(rt: Runtime, *, session_id: int, round_no: int, browser: Brow
     if handoff is None:
         return "duplicate"
     started = time.monotonic()
-    verdict = judge(handoff.content, browser=browser, max_bytes=handoff.max_bytes,
-                    min_fps=rt.settings.verify_min_fps, retry_starved=retry_starved)
-    return record_verdict(rt, handoff, VerdictIn(
-        passed=verdict.passed,
-        method="browser" if browser is not None else "static",
-        checks=[asdict(c) for c in verdict.checks],
-        fps=verdict.fps,
-        screenshot_png=verdict.screenshot_png,
-        elapsed_ms=int((time.monotonic() - started) * 1000),
-    ))
+    verdict = judge(
+        handoff.content,
+        browser=browser,
+        max_bytes=handoff.max_bytes,
+        min_fps=rt.settings.verify_min_fps,
+        retry_starved=retry_starved,
+    )
+    return record_verdict(
+        rt,
+        handoff,
+        VerdictIn(
+            passed=verdict.passed,
+            method="browser" if browser is not None else "static",
+            checks=[asdict(c) for c in verdict.checks],
+            fps=verdict.fps,
+            screenshot_png=verdict.screenshot_png,
+            elapsed_ms=int((time.monotonic() - started) * 1000),
+        ),
+    )

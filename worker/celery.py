@@ -49,8 +49,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "task_default_queue": SESSIONS_QUEUE,
-        "task_routes": {TURN_TASK: {"queue": SESSIONS_QUEUE},
-                        VERIFY_TASK: {"queue": VERIFY_QUEUE}},
+        "task_routes": {TURN_TASK: {"queue": SESSIONS_QUEUE}, VERIFY_TASK: {"queue": VERIFY_QUEUE}},
         "worker_send_task_events": True,
         "task_send_sent_event": True,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
@@ -80,9 +79,11 @@ class SwarmCelery(Celery):  # type: ignore[misc]
         """This process's runtime, built on first use."""
         with self._runtime_lock:
             if self._runtime is None:
-                self._runtime = Runtime(settings=self.settings,
-                                        engine=make_engine(self.settings),
-                                        dispatcher=CeleryDispatcher(self))
+                self._runtime = Runtime(
+                    settings=self.settings,
+                    engine=make_engine(self.settings),
+                    dispatcher=CeleryDispatcher(self),
+                )
             return self._runtime
 
 
@@ -119,11 +120,15 @@ def turn(self: Any, session_id: int, turn_no: int, retries: int = 0) -> str:
     fleet's limiter does not), so it is passed along rather than taken from Celery.
     """
     try:
-        return run_turn(rt=self.app.runtime, session_id=session_id, turn_no=turn_no,
-                        retries=retries).value
+        return run_turn(
+            rt=self.app.runtime, session_id=session_id, turn_no=turn_no, retries=retries
+        ).value
     except TransientError as exc:
-        kwargs = {"session_id": session_id, "turn_no": turn_no,
-                  "retries": retries + (1 if exc.counts else 0)}
+        kwargs = {
+            "session_id": session_id,
+            "turn_no": turn_no,
+            "retries": retries + (1 if exc.counts else 0),
+        }
         raise self.retry(args=(), kwargs=kwargs, countdown=exc.delay_s, exc=exc) from None
 
 
@@ -137,8 +142,11 @@ def _session_of(args: Any, kwargs: Any) -> int | None:
 
 
 def _start_sampler(celery_app: SwarmCelery) -> None:
-    sampler.start_sampler(engine=celery_app.runtime.engine, settings=celery_app.settings,
-                          queues=celery_app.amqp.queues.consume_from)
+    sampler.start_sampler(
+        engine=celery_app.runtime.engine,
+        settings=celery_app.settings,
+        queues=celery_app.amqp.queues.consume_from,
+    )
 
 
 @signals.task_prerun.connect  # type: ignore[untyped-decorator]

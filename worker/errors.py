@@ -54,8 +54,7 @@ class TransientError(SwarmError):
     limiter), so that it does not use up the turn's retries.
     """
 
-    def __init__(self, message: str, *, delay_s: float | None = None,
-                 counts: bool = True) -> None:
+    def __init__(self, message: str, *, delay_s: float | None = None, counts: bool = True) -> None:
         super().__init__(message)
         self.delay_s = delay_s
         self.counts = counts

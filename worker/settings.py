@@ -66,8 +66,10 @@ class Settings(BaseSettings):
     verify_min_fps: float = Field(default=30.0, gt=0)
     """Frames per second a page's own animation loop must reach."""
 
-    gemini_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices(
-        "SWARM_GEMINI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"))
+    gemini_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("SWARM_GEMINI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    )
     """Gemini API key (``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``); never logged, never stored."""
     gemini_base_url: str | None = None
     """Where the Gemini API is served; unset means Google's endpoint."""
@@ -120,8 +122,10 @@ class Settings(BaseSettings):
         """A turn waits for the limiter, then the model, all while holding its lease."""
         if self.limiter_wait_s + self.gemini_timeout_s >= self.lease_ttl_s:
             total_s = self.limiter_wait_s + self.gemini_timeout_s
-            raise ValueError(f"limiter_wait_s + gemini_timeout_s ({total_s:g} s) must be "
-                             f"shorter than lease_ttl_s ({self.lease_ttl_s:g} s)")
+            raise ValueError(
+                f"limiter_wait_s + gemini_timeout_s ({total_s:g} s) must be "
+                f"shorter than lease_ttl_s ({self.lease_ttl_s:g} s)"
+            )
         return self
 
     @property

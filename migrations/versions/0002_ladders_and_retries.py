@@ -38,12 +38,18 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("tier", sa.String(length=32), nullable=True))
         batch_op.add_column(sa.Column("stop_reason", sa.Text(), nullable=True))
         batch_op.create_index(batch_op.f("ix_runs_ladder_id"), ["ladder_id"], unique=False)
-        batch_op.create_foreign_key(batch_op.f("fk_runs_ladder_id_ladders"), "ladders",
-                                    ["ladder_id"], ["id"], ondelete="CASCADE")
+        batch_op.create_foreign_key(
+            batch_op.f("fk_runs_ladder_id_ladders"),
+            "ladders",
+            ["ladder_id"],
+            ["id"],
+            ondelete="CASCADE",
+        )
     with op.batch_alter_table("sessions", schema=None) as batch_op:
         # Sessions that exist already have had no counted retries.
-        batch_op.add_column(sa.Column("model_retries", sa.Integer(), nullable=False,
-                                      server_default="0"))
+        batch_op.add_column(
+            sa.Column("model_retries", sa.Integer(), nullable=False, server_default="0")
+        )
 
 
 def downgrade() -> None:

@@ -48,9 +48,22 @@ MIB = 1024 * 1024
 #: The target: this many artifacts in at most TARGET_S seconds (scaled to ``--artifacts``).
 TARGET_ARTIFACTS, TARGET_S = 100, 90.0
 #: Figures of one repetition that the summary takes the median of.
-MEDIAN_KEYS = ("wall_s", "per_min", "passed", "s_per_artifact", "slot_use", "cpu_s_per_artifact",
-               "starved_retries", "fps_median", "fps_min", "not_judged", "peak_rss_mib",
-               "peak_pss_mib", "end_rss_mib", "warmup_s")
+MEDIAN_KEYS = (
+    "wall_s",
+    "per_min",
+    "passed",
+    "s_per_artifact",
+    "slot_use",
+    "cpu_s_per_artifact",
+    "starved_retries",
+    "fps_median",
+    "fps_min",
+    "not_judged",
+    "peak_rss_mib",
+    "peak_pss_mib",
+    "end_rss_mib",
+    "warmup_s",
+)
 
 
 def tree_cpu_s() -> float:
@@ -72,8 +85,12 @@ def tree_cpu_s() -> float:
     return total
 
 
-def sample(browser: Browser, interval_s: float, done: threading.Event,
-           samples: list[tuple[int, int | None]]) -> None:
+def sample(
+    browser: Browser,
+    interval_s: float,
+    done: threading.Event,
+    samples: list[tuple[int, int | None]],
+) -> None:
     """Every ``interval_s`` until ``done``: (RSS-sum, PSS-sum or None) over browser_pids()."""
     procs: dict[int, psutil.Process] = {}
     while not done.wait(interval_s):
@@ -90,9 +107,17 @@ def sample(browser: Browser, interval_s: float, done: threading.Event,
             samples.append((rss, pss if has_pss else None))
 
 
-def measure(*, chromium: str, pages: int, seeds: list[int], display: DisplayMode,
-            min_fps: float, retries: int, interval_s: float,
-            alerts: BufferingHandler) -> dict[str, Any]:
+def measure(
+    *,
+    chromium: str,
+    pages: int,
+    seeds: list[int],
+    display: DisplayMode,
+    min_fps: float,
+    retries: int,
+    interval_s: float,
+    alerts: BufferingHandler,
+) -> dict[str, Any]:
     """One repetition: a fresh Browser(max_pages=pages) judges every seed's page."""
     htmls = [render_dashboard(seed).html for seed in seeds]
     alerts.buffer.clear()
@@ -105,8 +130,9 @@ def measure(*, chromium: str, pages: int, seeds: list[int], display: DisplayMode
         started, attempt = time.monotonic(), 0
         while True:
             try:
-                verdict: Verdict | str = judge(html, browser=browser, min_fps=min_fps,
-                                               retry_starved=attempt < retries)
+                verdict: Verdict | str = judge(
+                    html, browser=browser, min_fps=min_fps, retry_starved=attempt < retries
+                )
             except RendererStarved as exc:
                 starved.append(str(exc))
                 attempt += 1
@@ -138,7 +164,9 @@ def measure(*, chromium: str, pages: int, seeds: list[int], display: DisplayMode
     rss = [r for r, _ in samples] or [0]
     pss = [p for _, p in samples if p is not None]
     return {
-        "chromium": chromium, "pages": pages, "artifacts": len(seeds),
+        "chromium": chromium,
+        "pages": pages,
+        "artifacts": len(seeds),
         "wall_s": round(wall_s, 2),
         "per_min": round(len(seeds) / wall_s * 60, 1),
         "passed": sum(v.passed for v in verdicts),
@@ -148,13 +176,19 @@ def measure(*, chromium: str, pages: int, seeds: list[int], display: DisplayMode
         "slot_use": round(sum(t for t, _ in results) / (wall_s * pages), 3),
         "cpu_s_per_artifact": round(cpu_s / len(seeds), 2),
         "starved_retries": len(starved),
-        "fps_median": statistics.median(fps) if fps else 0.0, "fps_min": min(fps, default=0.0),
-        "peak_rss_mib": round(max(rss) / MIB, 1), "end_rss_mib": round(rss[-1] / MIB, 1),
+        "fps_median": statistics.median(fps) if fps else 0.0,
+        "fps_min": min(fps, default=0.0),
+        "peak_rss_mib": round(max(rss) / MIB, 1),
+        "end_rss_mib": round(rss[-1] / MIB, 1),
         "peak_pss_mib": round(max(pss) / MIB, 1) if pss else None,
         "warmup_s": round(warmup_s, 2),
-        "not_judged": len(results) - len(verdicts), "other_failures": [  # fps is listed apart
-            f"{c.name}: {c.detail}" for v in verdicts for c in v.checks
-            if not c.passed and c.name != "fps"][:5],
+        "not_judged": len(results) - len(verdicts),
+        "other_failures": [  # fps is listed apart
+            f"{c.name}: {c.detail}"
+            for v in verdicts
+            for c in v.checks
+            if not c.passed and c.name != "fps"
+        ][:5],
         "browser_errors": [v for _, v in [*results, (0, warm)] if isinstance(v, str)][:10],
         "log_alerts": [f"{r.levelname} {r.name}: {r.getMessage()}" for r in alerts.buffer][:10],
     }
@@ -173,23 +207,26 @@ def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 #: Header of the Markdown table that repetitions and medians are printed in.
-HEADER = ("| chromium | pages | wall s | art/min | vs {base} | passed | not judged "
-          "| starved, judged again | s/art | slots busy | CPU s/art | fps med/min "
-          "| peak RSS-sum / PSS-sum MiB | end RSS-sum | warm-up s | <= {target:g} s |\n|"
-          + " --- |" * 16)
+HEADER = (
+    "| chromium | pages | wall s | art/min | vs {base} | passed | not judged "
+    "| starved, judged again | s/art | slots busy | CPU s/art | fps med/min "
+    "| peak RSS-sum / PSS-sum MiB | end RSS-sum | warm-up s | <= {target:g} s |\n|" + " --- |" * 16
+)
 
 
 def row(build: str, label: str, f: dict[str, Any], *, n: int, target_s: float) -> str:
     """One repetition, or the medians of a setting (with its throughput ratio), as a row."""
     pss = f"{f['peak_pss_mib']:.0f}" if f["peak_pss_mib"] is not None else "n/a"
     ratio = f"{f['throughput_ratio']:.2f}x" if "throughput_ratio" in f else ""
-    return (f"| {build} | {label} | {f['wall_s']:.1f} | {f['per_min']:.1f} | {ratio} "
-            f"| {f['passed']:g}/{n} | {f['not_judged']:g} | {f['starved_retries']:g} "
-            f"| {f['s_per_artifact']:.2f} "
-            f"| {f['slot_use']:.0%} | {f['cpu_s_per_artifact']:.2f} "
-            f"| {f['fps_median']:.1f}/{f['fps_min']:.1f} "
-            f"| {f['peak_rss_mib']:.0f} / {pss} | {f['end_rss_mib']:.0f} | {f['warmup_s']:.1f} "
-            f"| {'yes' if f['wall_s'] <= target_s else 'no'} |")
+    return (
+        f"| {build} | {label} | {f['wall_s']:.1f} | {f['per_min']:.1f} | {ratio} "
+        f"| {f['passed']:g}/{n} | {f['not_judged']:g} | {f['starved_retries']:g} "
+        f"| {f['s_per_artifact']:.2f} "
+        f"| {f['slot_use']:.0%} | {f['cpu_s_per_artifact']:.2f} "
+        f"| {f['fps_median']:.1f}/{f['fps_min']:.1f} "
+        f"| {f['peak_rss_mib']:.0f} / {pss} | {f['end_rss_mib']:.0f} | {f['warmup_s']:.1f} "
+        f"| {'yes' if f['wall_s'] <= target_s else 'no'} |"
+    )
 
 
 def parse_chromium(_ctx: object, _param: object, value: str | None) -> list[str] | None:
@@ -224,23 +261,49 @@ def parse_pages(_ctx: object, _param: object, value: str) -> list[int]:
 
 @click.command(context_settings={"show_default": True})
 @click.option("--artifacts", type=click.IntRange(min=1), default=100, help="Artifacts per run.")
-@click.option("--pages", default="1,2,3,4", callback=parse_pages,
-              help="Browser(max_pages=k) settings, comma-separated.")
-@click.option("--chromium", "chromiums", callback=parse_chromium, default=None,
-              help="Chromium binaries to compare, comma-separated  "
-                   "[default: the verifier's, chromium-headless-shell when installed].")
-@click.option("--repeat", type=click.IntRange(min=1), default=3,
-              help="Repetitions of each setting, a fresh Browser every time.")
+@click.option(
+    "--pages",
+    default="1,2,3,4",
+    callback=parse_pages,
+    help="Browser(max_pages=k) settings, comma-separated.",
+)
+@click.option(
+    "--chromium",
+    "chromiums",
+    callback=parse_chromium,
+    default=None,
+    help="Chromium binaries to compare, comma-separated  "
+    "[default: the verifier's, chromium-headless-shell when installed].",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=3,
+    help="Repetitions of each setting, a fresh Browser every time.",
+)
 @click.option("--seed", type=int, default=1, help="First seed; seeds seed..seed+N-1.")
 @click.option("--min-fps", type=float, default=30.0, help="judge(min_fps=...).")
-@click.option("--retries", type=click.IntRange(min=0), default=MAX_STARVED_RETRIES,
-              help="Times a starved measurement is judged again, as the verify task does.")
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=MAX_STARVED_RETRIES,
+    help="Times a starved measurement is judged again, as the verify task does.",
+)
 @click.option("--display", type=click.Choice(get_args(DisplayMode)), default="headless")
 @click.option("--interval-ms", type=click.IntRange(min=10), default=250, help="Memory sampling.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: int, seed: int,
-         min_fps: float, retries: int, display: DisplayMode, interval_ms: int,
-         as_json: bool) -> None:
+def main(
+    artifacts: int,
+    pages: list[int],
+    chromiums: list[str] | None,
+    repeat: int,
+    seed: int,
+    min_fps: float,
+    retries: int,
+    display: DisplayMode,
+    interval_ms: int,
+    as_json: bool,
+) -> None:
     """Measure verifier throughput per page concurrency against max_pages=1."""
     chromiums = chromiums or [default_executable(display)]
     settings = [(c, k) for c in chromiums for k in pages]
@@ -250,9 +313,12 @@ def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: 
     logging.getLogger("verifier").addHandler(alerts)
     seeds = list(range(seed, seed + artifacts))
     load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"{artifacts} artifacts, pages {pages}, {', '.join(chromiums)}, {repeat} "
-          f"repetition(s), {display}, {os.cpu_count()} CPUs, load average {load_start}",
-          file=out, flush=True)
+    print(
+        f"{artifacts} artifacts, pages {pages}, {', '.join(chromiums)}, {repeat} "
+        f"repetition(s), {display}, {os.cpu_count()} CPUs, load average {load_start}",
+        file=out,
+        flush=True,
+    )
     target_s = TARGET_S * artifacts / TARGET_ARTIFACTS
     base = (chromiums[0], 1 if 1 in pages else pages[0])
     print(HEADER.format(base=setting_name(base), target=target_s), file=out)
@@ -262,14 +328,28 @@ def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: 
     try:
         for i in range(1, repeat + 1):
             for c, k in settings:  # settings alternate, so drift in the load hits them alike
-                f = measure(chromium=c, pages=k, seeds=seeds, display=display, min_fps=min_fps,
-                            retries=retries, interval_s=interval_ms / 1000, alerts=alerts)
+                f = measure(
+                    chromium=c,
+                    pages=k,
+                    seeds=seeds,
+                    display=display,
+                    min_fps=min_fps,
+                    retries=retries,
+                    interval_s=interval_ms / 1000,
+                    alerts=alerts,
+                )
                 reps[c, k].append(f)
-                print(row(build_name(c), f"{k} #{i}", f, n=artifacts, target_s=target_s),
-                      file=out, flush=True)
+                print(
+                    row(build_name(c), f"{k} #{i}", f, n=artifacts, target_s=target_s),
+                    file=out,
+                    flush=True,
+                )
                 if f["failed_checks"]:
-                    print(f"    failed checks: {f['failed_checks']}, fps of fps failures: "
-                          f"{f['fps_failures'][:20]}", file=out)
+                    print(
+                        f"    failed checks: {f['failed_checks']}, fps of fps failures: "
+                        f"{f['fps_failures'][:20]}",
+                        file=out,
+                    )
                 for note in (*f["other_failures"], *f["browser_errors"], *f["log_alerts"]):
                     print(f"    {note}", file=out)
     except KeyboardInterrupt:
@@ -285,23 +365,38 @@ def main(artifacts: int, pages: list[int], chromiums: list[str] | None, repeat: 
         m["throughput_ratio"] = round(m["per_min"] / summary[base]["per_min"], 2)
         m["meets_target"] = m["wall_s"] <= target_s
     if as_json:
-        print(json.dumps({"artifacts": artifacts, "repeat": repeat, "display": display,
-                          "min_fps": min_fps, "retries": retries, "baseline": setting_name(base),
-                          "target_s": target_s,
-                          "load_start": load_start, "load_end": load_end,
-                          "summary": [{"chromium": c, "pages": k, **m}
-                                      for (c, k), m in summary.items()],
-                          "repetitions": [f for r in reps.values() for f in r]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "artifacts": artifacts,
+                    "repeat": repeat,
+                    "display": display,
+                    "min_fps": min_fps,
+                    "retries": retries,
+                    "baseline": setting_name(base),
+                    "target_s": target_s,
+                    "load_start": load_start,
+                    "load_end": load_end,
+                    "summary": [{"chromium": c, "pages": k, **m} for (c, k), m in summary.items()],
+                    "repetitions": [f for r in reps.values() for f in r],
+                },
+                indent=2,
+            )
+        )
         sys.exit(130 if interrupted else 0)
-    print(f"\nmedians of the repetitions (reps), load average at end {load_end}; RSS-sum counts "
-          "memory shared between Chromium's processes once per process, PSS-sum splits it")
+    print(
+        f"\nmedians of the repetitions (reps), load average at end {load_end}; RSS-sum counts "
+        "memory shared between Chromium's processes once per process, PSS-sum splits it"
+    )
     print(HEADER.format(base=setting_name(base), target=target_s))
     for (c, k), m in summary.items():
         print(row(build_name(c), f"{k} (x{m['reps']})", m, n=artifacts, target_s=target_s))
     for (c, k), m in summary.items():
         if m["failed_checks"] or m["browser_errors"]:
-            print(f"{build_name(c)} pages={k}, all repetitions: failed checks "
-                  f"{m['failed_checks']}, browser errors {m['browser_errors']}")
+            print(
+                f"{build_name(c)} pages={k}, all repetitions: failed checks "
+                f"{m['failed_checks']}, browser errors {m['browser_errors']}"
+            )
     sys.exit(130 if interrupted else 0)
 
 

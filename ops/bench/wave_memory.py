@@ -56,8 +56,18 @@ WORKER_TIMEOUT_S = 60
 LOG_ALERTS = (": WARNING/", ": ERROR/", ": CRITICAL/", "Traceback", "raised unexpected")
 MIB = 1024 * 1024
 #: Figures of one repetition that the summary takes the median of.
-MEDIAN_KEYS = ("wall_s", "succeeded", "total", "peak_mib", "idle_mib", "mib_per_session",
-               "turns", "tokens", "cost_usd", "log_alerts")
+MEDIAN_KEYS = (
+    "wall_s",
+    "succeeded",
+    "total",
+    "peak_mib",
+    "idle_mib",
+    "mib_per_session",
+    "turns",
+    "tokens",
+    "cost_usd",
+    "log_alerts",
+)
 
 
 class Worker:
@@ -65,11 +75,32 @@ class Worker:
 
     def __init__(self, env: dict[str, str], interval_s: float) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker", "worker", "-Q", "sessions,verify",
-             "-P", "threads", "-c", "100", "--without-gossip", "--without-mingle",
-             "--loglevel", "INFO", "-n", f"bench-{secrets.token_hex(3)}@%h"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)  # Ctrl-C reaches the bench, which stops it warmly
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "worker",
+                "worker",
+                "-Q",
+                "sessions,verify",
+                "-P",
+                "threads",
+                "-c",
+                "100",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel",
+                "INFO",
+                "-n",
+                f"bench-{secrets.token_hex(3)}@%h",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )  # Ctrl-C reaches the bench, which stops it warmly
         self.interval_s = interval_s
         self.alerts: list[str] = []
         self.tail: deque[str] = deque(maxlen=40)
@@ -136,8 +167,9 @@ def scratch_database(admin_url: str) -> Iterator[str]:
         yield url
     finally:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-                          .format(sql.Identifier(name)))
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
 @contextmanager
@@ -161,12 +193,19 @@ def waves_in_order(waves: list[dict[str, Any]]) -> bool:
     return all(later[0] >= earlier[1] for earlier, later in pairwise(at))
 
 
-def measure(rt: Runtime, *, spec: WaveSpec, seed: int, latency_ms: int,
-            interval_s: float, idle_s: float, timeout_s: float) -> dict[str, Any]:
+def measure(
+    rt: Runtime,
+    *,
+    spec: WaveSpec,
+    seed: int,
+    latency_ms: int,
+    interval_s: float,
+    idle_s: float,
+    timeout_s: float,
+) -> dict[str, Any]:
     """One repetition: a fresh worker, an idle window, one run to its end."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
-    env.update(SWARM_DATABASE_URL=rt.settings.database_url,
-               SWARM_BROKER_URL=rt.settings.broker_url)
+    env.update(SWARM_DATABASE_URL=rt.settings.database_url, SWARM_BROKER_URL=rt.settings.broker_url)
     worker = Worker(env, interval_s)
     try:
         worker.wait_ready()
@@ -185,23 +224,32 @@ def measure(rt: Runtime, *, spec: WaveSpec, seed: int, latency_ms: int,
     finally:
         worker.stop()
     return {
-        "wave": str(spec), "run": run_id, "wall_s": round(wall_s, 2),
-        "succeeded": status["sessions"]["succeeded"], "total": status["sessions"]["total"],
-        "peak_mib": round(peak / MIB, 1), "idle_mib": round(idle / MIB, 1),
+        "wave": str(spec),
+        "run": run_id,
+        "wall_s": round(wall_s, 2),
+        "succeeded": status["sessions"]["succeeded"],
+        "total": status["sessions"]["total"],
+        "peak_mib": round(peak / MIB, 1),
+        "idle_mib": round(idle / MIB, 1),
         "mib_per_session": round((peak - idle) / MIB / spec.size, 2),
-        "turns": status["turns"], "tokens": status["tokens"]["total"],
-        "cost_usd": status["cost_usd"], "waves_in_order": waves_in_order(status["waves"]),
-        "log_alerts": len(worker.alerts), "alerts": worker.alerts[:20],
+        "turns": status["turns"],
+        "tokens": status["tokens"]["total"],
+        "cost_usd": status["cost_usd"],
+        "waves_in_order": waves_in_order(status["waves"]),
+        "log_alerts": len(worker.alerts),
+        "alerts": worker.alerts[:20],
     }
 
 
 def line(label: str, f: dict[str, Any]) -> str:
     """One repetition (or a median) as a line."""
-    return (f"{label}: {f['wall_s']:.1f} s, {f['succeeded']:g}/{f['total']:g} succeeded, "
-            f"peak {f['peak_mib']:.1f} MiB, idle {f['idle_mib']:.1f} MiB, "
-            f"+{f['mib_per_session']:.2f} MiB/session, {f['turns']:g} turns, "
-            f"{f['tokens']:,.0f} tokens, ${f['cost_usd']:.4f}, waves in order: "
-            f"{'yes' if f['waves_in_order'] else 'NO'}, worker log alerts: {f['log_alerts']:g}")
+    return (
+        f"{label}: {f['wall_s']:.1f} s, {f['succeeded']:g}/{f['total']:g} succeeded, "
+        f"peak {f['peak_mib']:.1f} MiB, idle {f['idle_mib']:.1f} MiB, "
+        f"+{f['mib_per_session']:.2f} MiB/session, {f['turns']:g} turns, "
+        f"{f['tokens']:,.0f} tokens, ${f['cost_usd']:.4f}, waves in order: "
+        f"{'yes' if f['waves_in_order'] else 'NO'}, worker log alerts: {f['log_alerts']:g}"
+    )
 
 
 def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -214,8 +262,12 @@ def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
 @click.command(context_settings={"show_default": True})
 @click.option("--wave", default="10x10", help="Candidate wave spec.")
 @click.option("--baseline-wave", default="10x1", help="Baseline wave spec.")
-@click.option("--repeat", type=click.IntRange(min=1), default=3,
-              help="Repetitions of each, a fresh worker every time.")
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=3,
+    help="Repetitions of each, a fresh worker every time.",
+)
 @click.option("--seed", type=int, default=7, help="Seed of every run.")
 @click.option("--sim-latency-ms", type=click.IntRange(min=0), default=1500)
 @click.option("--interval-ms", type=click.IntRange(min=10), default=500, help="RSS sampling.")
@@ -224,9 +276,19 @@ def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
 @click.option("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
 @click.option("--redis-url", default=DEFAULT_REDIS_URL)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def main(wave: str, baseline_wave: str, repeat: int, seed: int, sim_latency_ms: int,
-         interval_ms: int, idle_s: float, timeout_s: float, pg_admin_url: str,
-         redis_url: str, as_json: bool) -> None:
+def main(
+    wave: str,
+    baseline_wave: str,
+    repeat: int,
+    seed: int,
+    sim_latency_ms: int,
+    interval_ms: int,
+    idle_s: float,
+    timeout_s: float,
+    pg_admin_url: str,
+    redis_url: str,
+    as_json: bool,
+) -> None:
     """Measure worker memory for a wave-shaped run against a one-at-a-time baseline."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM as Ctrl-C
     out = sys.stderr if as_json else sys.stdout
@@ -239,9 +301,15 @@ def main(wave: str, baseline_wave: str, repeat: int, seed: int, sim_latency_ms: 
                 require_migrated(rt.engine)
                 for i in range(1, repeat + 1):
                     for role, spec in specs.items():
-                        f = measure(rt, spec=spec, seed=seed, latency_ms=sim_latency_ms,
-                                    interval_s=interval_ms / 1000, idle_s=idle_s,
-                                    timeout_s=timeout_s)
+                        f = measure(
+                            rt,
+                            spec=spec,
+                            seed=seed,
+                            latency_ms=sim_latency_ms,
+                            interval_s=interval_ms / 1000,
+                            idle_s=idle_s,
+                            timeout_s=timeout_s,
+                        )
                         reps[role].append(f)
                         print(line(f"{spec} #{i}", f), file=out, flush=True)
                         for alert in f["alerts"]:
@@ -252,20 +320,34 @@ def main(wave: str, baseline_wave: str, repeat: int, seed: int, sim_latency_ms: 
         print("interrupted; worker stopped, database dropped, Redis flushed", file=sys.stderr)
         sys.exit(130)
     cand, base = medians(reps["candidate"]), medians(reps["baseline"])
-    ratios = {k: round(cand[k] / base[k], 2) if base[k] else None
-              for k in ("wall_s", "peak_mib", "idle_mib", "mib_per_session")}
+    ratios = {
+        k: round(cand[k] / base[k], 2) if base[k] else None
+        for k in ("wall_s", "peak_mib", "idle_mib", "mib_per_session")
+    }
     if as_json:
-        print(json.dumps({"seed": seed, "sim_latency_ms": sim_latency_ms, "repeat": repeat,
-                          "candidate": {"median": cand, "repetitions": reps["candidate"]},
-                          "baseline": {"median": base, "repetitions": reps["baseline"]},
-                          "ratios": ratios}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "seed": seed,
+                    "sim_latency_ms": sim_latency_ms,
+                    "repeat": repeat,
+                    "candidate": {"median": cand, "repetitions": reps["candidate"]},
+                    "baseline": {"median": base, "repetitions": reps["baseline"]},
+                    "ratios": ratios,
+                },
+                indent=2,
+            )
+        )
         return
     c, b = specs["candidate"], specs["baseline"]
     print(f"\nmedians of {repeat} repetition(s), seed {seed}, sim latency {sim_latency_ms} ms")
     print(line(f"{c!s:>7}", cand))
     print(line(f"{b!s:>7}", base))
-    for key, label in (("peak_mib", "peak RSS"), ("wall_s", "wall time"),
-                       ("mib_per_session", "RSS per concurrent session")):
+    for key, label in (
+        ("peak_mib", "peak RSS"),
+        ("wall_s", "wall time"),
+        ("mib_per_session", "RSS per concurrent session"),
+    ):
         ratio = ratios[key]
         print(f"{label} {c} / {b} = " + (f"{ratio:.2f}x" if ratio is not None else "n/a"))
 

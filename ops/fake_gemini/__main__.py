@@ -23,23 +23,48 @@ def _faults(_: click.Context, __: click.Parameter, values: tuple[str, ...]) -> l
 @click.command()
 @click.option("--port", default=8089, show_default=True, help="TCP port on 127.0.0.1.")
 @click.option("--seed", default=0, show_default=True, help="Seeds the personas.")
-@click.option("--sim-mix", default="diligent", show_default=True,
-              help="Persona weights, e.g. diligent=3,sloppy=1.")
-@click.option("--sim-flaw-rate", default=0.0, show_default=True,
-              help="Share of sessions whose first draft has a defect.")
+@click.option(
+    "--sim-mix",
+    default="diligent",
+    show_default=True,
+    help="Persona weights, e.g. diligent=3,sloppy=1.",
+)
+@click.option(
+    "--sim-flaw-rate",
+    default=0.0,
+    show_default=True,
+    help="Share of sessions whose first draft has a defect.",
+)
 @click.option("--latency-ms", default=200, show_default=True, help="Mean latency of a call.")
-@click.option("--fault", "faults", multiple=True, callback=_faults, metavar="MODE[:RATE]",
-              help="Inject a fault into a share of requests (repeatable), e.g. 429:0.1.")
-def main(port: int, seed: int, sim_mix: str, sim_flaw_rate: float, latency_ms: int,
-         faults: list[FaultRule]) -> None:
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    callback=_faults,
+    metavar="MODE[:RATE]",
+    help="Inject a fault into a share of requests (repeatable), e.g. 429:0.1.",
+)
+def main(
+    port: int,
+    seed: int,
+    sim_mix: str,
+    sim_flaw_rate: float,
+    latency_ms: int,
+    faults: list[FaultRule],
+) -> None:
     """Serve generateContent on 127.0.0.1 in the Gemini API's wire format."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
         config = RunConfig(waves="1", sim_mix=parse_mix(sim_mix), sim_flaw_rate=sim_flaw_rate)
     except (InputError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from exc
-    fake = FakeGemini(port=port, faults=faults, sim=SimConfig(
-        seed=seed, mix=config.sim_mix, flaw_rate=config.sim_flaw_rate, latency_ms=latency_ms))
+    fake = FakeGemini(
+        port=port,
+        faults=faults,
+        sim=SimConfig(
+            seed=seed, mix=config.sim_mix, flaw_rate=config.sim_flaw_rate, latency_ms=latency_ms
+        ),
+    )
     click.echo(f"fake Gemini API on {fake.url} (SWARM_GEMINI_BASE_URL={fake.url})")
     with contextlib.suppress(KeyboardInterrupt):
         fake.serve_forever()

@@ -11,8 +11,11 @@ from ops.fake_gemini.wire import BadRequest, parse, prefix_hashes
 
 #: Fields a cache holds, which a request that uses it must not repeat.
 PREFIX_FIELDS = ("systemInstruction", "tools", "toolConfig")
-_SNAKE = {"systemInstruction": "system_instruction", "toolConfig": "tool_config",
-          "cachedContent": "cached_content"}
+_SNAKE = {
+    "systemInstruction": "system_instruction",
+    "toolConfig": "tool_config",
+    "cachedContent": "cached_content",
+}
 
 
 def body_field(body: dict[str, Any], camel: str) -> Any:
@@ -49,9 +52,13 @@ class CacheStore:
         with self._lock:
             self._caches[name] = {"model": body["model"], "prefix": prefix, "tokens": tokens}
             self.created += 1
-        return {"name": name, "model": body["model"], "createTime": now.isoformat(),
-                "expireTime": (now + timedelta(seconds=ttl_s)).isoformat(),
-                "usageMetadata": {"totalTokenCount": tokens}}
+        return {
+            "name": name,
+            "model": body["model"],
+            "createTime": now.isoformat(),
+            "expireTime": (now + timedelta(seconds=ttl_s)).isoformat(),
+            "usageMetadata": {"totalTokenCount": tokens},
+        }
 
     def delete(self, name: str) -> bool:
         """Forget a cache; False when there was none of that name."""

@@ -105,16 +105,30 @@ class FaultPlan:
 def rate_limit_body(rule: FaultRule, model: str) -> dict[str, Any]:
     """The 429 the API sends when a quota runs out."""
     per = "Day" if rule.fault is Fault.rate_day else "Minute"
-    return error_body(429, "RESOURCE_EXHAUSTED",
-                      f"You exceeded your current quota (requests per {per.lower()}).", [
-        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
-            "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
-            "quotaId": f"GenerateRequestsPer{per}PerProjectPerModel",
-            "quotaDimensions": {"location": "global", "model": model},
-            "quotaValue": "1000"}]},
-        {"@type": "type.googleapis.com/google.rpc.RetryInfo",
-         "retryDelay": f"{rule.retry_delay_s:g}s"},
-    ])
+    return error_body(
+        429,
+        "RESOURCE_EXHAUSTED",
+        f"You exceeded your current quota (requests per {per.lower()}).",
+        [
+            {
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [
+                    {
+                        "quotaMetric": (
+                            "generativelanguage.googleapis.com/generate_content_requests"
+                        ),
+                        "quotaId": f"GenerateRequestsPer{per}PerProjectPerModel",
+                        "quotaDimensions": {"location": "global", "model": model},
+                        "quotaValue": "1000",
+                    }
+                ],
+            },
+            {
+                "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                "retryDelay": f"{rule.retry_delay_s:g}s",
+            },
+        ],
+    )
 
 
 def server_error_body(fault: Fault) -> tuple[int, dict[str, Any]]:

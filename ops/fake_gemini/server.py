@@ -83,8 +83,14 @@ class FakeGemini:
         hang_s: How long a ``hang`` fault holds its request.
     """
 
-    def __init__(self, *, port: int = 0, sim: SimConfig | None = None,
-                 faults: list[FaultRule] | None = None, hang_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        sim: SimConfig | None = None,
+        faults: list[FaultRule] | None = None,
+        hang_s: float = 600.0,
+    ) -> None:
         self.sim = sim or SimConfig()
         self.faults = FaultPlan(faults, seed=self.sim.seed)
         self.caches = CacheStore()
@@ -111,8 +117,9 @@ class FakeGemini:
 
     def start(self) -> FakeGemini:
         """Serve on a daemon thread."""
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-gemini",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="fake-gemini", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -136,20 +143,25 @@ class FakeGemini:
 
     # -- answering -------------------------------------------------------------------
 
-    def answer(self, model: str, body: Any, *, api_key: str,
-               forced: str | None = None) -> tuple[int, Any, Fault | None]:
+    def answer(
+        self, model: str, body: Any, *, api_key: str, forced: str | None = None
+    ) -> tuple[int, Any, Fault | None]:
         """Status, JSON body and the fault injected, for one ``generateContent``."""
         cache_name = body_field(body, "cachedContent") if isinstance(body, dict) else None
         cache = self.caches.get(cache_name) if cache_name else None
         if cache_name and cache is None:
-            return 404, wire.error_body(404, "NOT_FOUND",
-                                        f"CachedContent not found: {cache_name}"), None
+            return (
+                404,
+                wire.error_body(404, "NOT_FOUND", f"CachedContent not found: {cache_name}"),
+                None,
+            )
         try:
             if cache is not None:
                 if any(body_field(body, f) is not None for f in PREFIX_FIELDS):
                     raise wire.BadRequest(
                         "CachedContent can not be used with GenerateContent request setting "
-                        "system_instruction, tools or tool_config.")
+                        "system_instruction, tools or tool_config."
+                    )
                 body = {**body, **cache["prefix"]}
             parsed = wire.parse(model, body)
         except wire.BadRequest as exc:
@@ -158,41 +170,63 @@ class FakeGemini:
         turn = sum(1 for c in parsed.contents if c.role == "model")
         missing = self._unsigned(parsed)
         rule = None if missing else self.faults.pick(forced)
-        status, out = self._respond(parsed, key, turn, rule, missing,
-                                    cache["tokens"] if cache else 0)
+        status, out = self._respond(
+            parsed, key, turn, rule, missing, cache["tokens"] if cache else 0
+        )
         with self._lock:
-            self._served.append(Served(
-                time.monotonic(), model, key[:12], turn, status,
-                rule.fault.value if rule else None,
-                hashlib.sha256(api_key.encode()).hexdigest(), cache_name or None))
+            self._served.append(
+                Served(
+                    time.monotonic(),
+                    model,
+                    key[:12],
+                    turn,
+                    status,
+                    rule.fault.value if rule else None,
+                    hashlib.sha256(api_key.encode()).hexdigest(),
+                    cache_name or None,
+                )
+            )
         return status, out, rule.fault if rule else None
 
-    def _respond(self, parsed: wire.Parsed, key: str, turn: int, rule: FaultRule | None,
-                 missing: str | None, cached_tokens: int) -> tuple[int, Any]:
+    def _respond(
+        self,
+        parsed: wire.Parsed,
+        key: str,
+        turn: int,
+        rule: FaultRule | None,
+        missing: str | None,
+        cached_tokens: int,
+    ) -> tuple[int, Any]:
         model = parsed.request.model
         if missing:
             return 400, wire.error_body(400, "INVALID_ARGUMENT", missing)
         if rule is not None and rule.fault in (Fault.rate_minute, Fault.rate_day):
             return 429, rate_limit_body(rule, model)
-        if rule is not None and rule.fault in (Fault.internal, Fault.unavailable,
-                                               Fault.exhausted):
+        if rule is not None and rule.fault in (Fault.internal, Fault.unavailable, Fault.exhausted):
             return server_error_body(rule.fault)
         usage_in = self._prompt_usage(parsed, cached_tokens)
         if rule is not None and rule.fault is Fault.malformed:
-            return 200, wire.response_body(None, finish_reason="MALFORMED_FUNCTION_CALL",
-                                           usage=usage_in, model=model)
+            return 200, wire.response_body(
+                None, finish_reason="MALFORMED_FUNCTION_CALL", usage=usage_in, model=model
+            )
         index = int(key[:8], 16)
-        sim = SimModel(seed=self.sim.seed, index=index,
-                       persona=persona_for(self.sim.mix, self.sim.seed, index),
-                       latency_ms=self.sim.latency_ms, design_seed=int(key[8:16], 16) >> 1,
-                       title=parsed.title, flaw=flaw_for(self.sim.flaw_rate, self.sim.seed,
-                                                         index))
+        sim = SimModel(
+            seed=self.sim.seed,
+            index=index,
+            persona=persona_for(self.sim.mix, self.sim.seed, index),
+            latency_ms=self.sim.latency_ms,
+            design_seed=int(key[8:16], 16) >> 1,
+            title=parsed.title,
+            flaw=flaw_for(self.sim.flaw_rate, self.sim.seed, index),
+        )
         answer = sim.generate(parsed.request)
         content = self._sign(answer.content, key, turn)
-        usage = TokenUsage(prompt_tokens=usage_in.prompt_tokens,
-                           cached_tokens=usage_in.cached_tokens,
-                           output_tokens=answer.usage.output_tokens,
-                           thoughts_tokens=answer.usage.thoughts_tokens)
+        usage = TokenUsage(
+            prompt_tokens=usage_in.prompt_tokens,
+            cached_tokens=usage_in.cached_tokens,
+            output_tokens=answer.usage.output_tokens,
+            thoughts_tokens=answer.usage.thoughts_tokens,
+        )
         return 200, wire.response_body(content, finish_reason="STOP", usage=usage, model=model)
 
     def _signature(self, key: str, turn: int) -> bytes:
@@ -214,8 +248,10 @@ class FakeGemini:
         for part in wire.current_turn_calls(parsed.contents):
             name = part.function_call.name if part.function_call else "?"
             if not part.thought_signature:
-                return (f"Function call {name} in the current turn is missing a "
-                        "thought_signature in functionCall parts.")
+                return (
+                    f"Function call {name} in the current turn is missing a "
+                    "thought_signature in functionCall parts."
+                )
             if bytes(part.thought_signature) not in valid:
                 return f"Function call {name} carries a thought_signature this API never issued."
         return None
@@ -274,8 +310,9 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
                 except wire.BadRequest as exc:
                     self._json(400, wire.error_body(400, "INVALID_ARGUMENT", str(exc)))
                 return
-            status, out, fault = fake.answer(match.group(2), body, api_key=api_key,
-                                             forced=self.headers.get(FAULT_HEADER))
+            status, out, fault = fake.answer(
+                match.group(2), body, api_key=api_key, forced=self.headers.get(FAULT_HEADER)
+            )
             if fault is Fault.hang:
                 fake._stopping.wait(fake.hang_s)
                 self.close_connection = True
@@ -290,16 +327,24 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
                 if fake.caches.delete(match.group(2)):
                     self._json(200, {})
                 else:
-                    self._json(404, wire.error_body(404, "NOT_FOUND",
-                                                    f"CachedContent not found: {match.group(2)}"))
+                    self._json(
+                        404,
+                        wire.error_body(
+                            404, "NOT_FOUND", f"CachedContent not found: {match.group(2)}"
+                        ),
+                    )
 
         def _api_key(self) -> str:
             """The request's API key; answers 403 and returns '' when there is none."""
             query = parse_qs(urlsplit(self.path).query)
             api_key = self.headers.get("x-goog-api-key") or query.get("key", [""])[0]
             if not api_key:
-                self._json(403, wire.error_body(
-                    403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."))
+                self._json(
+                    403,
+                    wire.error_body(
+                        403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers."
+                    ),
+                )
             return api_key
 
         def _set_faults(self, raw: bytes) -> None:

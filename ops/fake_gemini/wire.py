@@ -53,8 +53,11 @@ def parse(model: str, body: Any) -> Parsed:
     try:
         contents = tuple(types.Content.model_validate(c) for c in _get(body, "contents") or ())
         system = _get(body, "systemInstruction")
-        system_text = "".join(p.text or "" for p in types.Content.model_validate(
-            system).parts or ()) if system else ""
+        system_text = (
+            "".join(p.text or "" for p in types.Content.model_validate(system).parts or ())
+            if system
+            else ""
+        )
         tools = [types.Tool.model_validate(t) for t in _get(body, "tools") or ()]
         config = _get(body, "toolConfig")
         tool_config = types.ToolConfig.model_validate(config) if config else None
@@ -64,19 +67,33 @@ def parse(model: str, body: Any) -> Parsed:
         raise BadRequest("contents must not be empty")
     specs = tuple(
         ToolSpec(d.name or "", d.description or "", dict(d.parameters_json_schema or {}))
-        for tool in tools for d in tool.function_declarations or ())
+        for tool in tools
+        for d in tool.function_declarations or ()
+    )
     mode = "AUTO"
-    if tool_config and tool_config.function_calling_config and \
-            tool_config.function_calling_config.mode:
+    if (
+        tool_config
+        and tool_config.function_calling_config
+        and tool_config.function_calling_config.mode
+    ):
         mode = str(tool_config.function_calling_config.mode.value)
     history = tuple(c.model_dump(mode="json", exclude_none=True) for c in contents)
-    brief = next((p.text for c in contents if c.role == "user" for p in c.parts or ()
-                  if p.text), "")
+    brief = next(
+        (p.text for c in contents if c.role == "user" for p in c.parts or () if p.text), ""
+    )
     found = _TITLE.search(brief)
     return Parsed(
-        request=ModelRequest(model=model, system_instruction=system_text, tools=specs,
-                             history=history, tool_mode=mode),
-        contents=contents, brief=brief, title=found.group(1) if found else "Live Telemetry")
+        request=ModelRequest(
+            model=model,
+            system_instruction=system_text,
+            tools=specs,
+            history=history,
+            tool_mode=mode,
+        ),
+        contents=contents,
+        brief=brief,
+        title=found.group(1) if found else "Live Telemetry",
+    )
 
 
 def current_turn_calls(contents: tuple[types.Content, ...]) -> list[types.Part]:
@@ -108,7 +125,8 @@ def prefix_hashes(parsed: Parsed) -> list[tuple[str, int]]:
     req = parsed.request
     digest = hashlib.sha256(req.model.encode())
     stable = req.system_instruction + "".join(
-        t.name + t.description + repr(sorted(t.parameters.items())) for t in req.tools)
+        t.name + t.description + repr(sorted(t.parameters.items())) for t in req.tools
+    )
     digest.update(stable.encode())
     size = len(stable)
     out = [(digest.hexdigest(), size // CHARS_PER_TOKEN)]
@@ -120,25 +138,31 @@ def prefix_hashes(parsed: Parsed) -> list[tuple[str, int]]:
     return out
 
 
-def response_body(content: Content | None, *, finish_reason: str, usage: TokenUsage,
-                  model: str) -> dict[str, Any]:
+def response_body(
+    content: Content | None, *, finish_reason: str, usage: TokenUsage, model: str
+) -> dict[str, Any]:
     """A ``GenerateContentResponse`` in the API's JSON shape."""
     candidate = types.Candidate(
         content=types.Content.model_validate(content) if content is not None else None,
-        finish_reason=types.FinishReason(finish_reason), index=0)
+        finish_reason=types.FinishReason(finish_reason),
+        index=0,
+    )
     meta = types.GenerateContentResponseUsageMetadata(
         prompt_token_count=usage.prompt_tokens,
         cached_content_token_count=usage.cached_tokens or None,
         candidates_token_count=usage.output_tokens,
         thoughts_token_count=usage.thoughts_tokens or None,
-        total_token_count=usage.total)
-    response = types.GenerateContentResponse(candidates=[candidate], usage_metadata=meta,
-                                             model_version=model)
+        total_token_count=usage.total,
+    )
+    response = types.GenerateContentResponse(
+        candidates=[candidate], usage_metadata=meta, model_version=model
+    )
     return response.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def error_body(code: int, status: str, message: str,
-               details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def error_body(
+    code: int, status: str, message: str, details: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """A ``google.rpc.Status`` error envelope, as the API sends it."""
     error: dict[str, Any] = {"code": code, "message": message, "status": status}
     if details:

@@ -44,29 +44,38 @@ logger = logging.getLogger(__name__)
 
 def _configure_logging(verbose: int) -> None:
     level = ("WARNING", "INFO", "DEBUG")[min(verbose, 2)]
-    logging.config.dictConfig({
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain",
-                                "stream": "ext://sys.stderr"}},
-        "root": {"level": level, "handlers": ["stderr"]},
-    })
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+            "handlers": {
+                "stderr": {
+                    "class": "logging.StreamHandler",
+                    "formatter": "plain",
+                    "stream": "ext://sys.stderr",
+                }
+            },
+            "root": {"level": level, "handlers": ["stderr"]},
+        }
+    )
 
 
 @click.group()
-@click.option("--database-url", envvar="SWARM_DATABASE_URL", help="SQLAlchemy URL "
-              "[env SWARM_DATABASE_URL; default: the embedded SQLite file swarm.db].")
-@click.option("--broker-url", envvar="SWARM_BROKER_URL",
-              help="Celery broker URL [env SWARM_BROKER_URL].")
+@click.option(
+    "--database-url",
+    envvar="SWARM_DATABASE_URL",
+    help="SQLAlchemy URL [env SWARM_DATABASE_URL; default: the embedded SQLite file swarm.db].",
+)
+@click.option(
+    "--broker-url", envvar="SWARM_BROKER_URL", help="Celery broker URL [env SWARM_BROKER_URL]."
+)
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
 @click.pass_context
-def cli(ctx: click.Context, database_url: str | None, broker_url: str | None,
-        verbose: int) -> None:
+def cli(ctx: click.Context, database_url: str | None, broker_url: str | None, verbose: int) -> None:
     """Run fleets of agent sessions in waves and see what they cost."""
     _configure_logging(verbose)
-    overrides = {k: v for k, v in (("database_url", database_url),
-                                    ("broker_url", broker_url)) if v}
+    overrides = {k: v for k, v in (("database_url", database_url), ("broker_url", broker_url)) if v}
     ctx.obj = Settings(**overrides)  # type: ignore[arg-type]
 
 
@@ -101,9 +110,12 @@ def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool
         require_migrated(rt.engine)
         run_id = request.create(rt)
         config = request.config
-        click.echo(f"run {run_id}: {config.waves} ({WaveSpec.parse(config.waves).total} "
-                   f"sessions), model {request.model}, profile {request.profile}, seed "
-                   f"{config.seed}; wave 1 dispatched", err=as_json)
+        click.echo(
+            f"run {run_id}: {config.waves} ({WaveSpec.parse(config.waves).total} "
+            f"sessions), model {request.model}, profile {request.profile}, seed "
+            f"{config.seed}; wave 1 dispatched",
+            err=as_json,
+        )
         if not follow:
             return
         status = until_finished(rt.engine, run_id, show=not as_json)
@@ -115,13 +127,18 @@ def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool
 
 @cli.command()
 @run_options()
-@click.option("--database", default=DEFAULT_DATABASE_URL, show_default=True,
-              help="The embedded SQLite database.")
+@click.option(
+    "--database",
+    default=DEFAULT_DATABASE_URL,
+    show_default=True,
+    help="The embedded SQLite database.",
+)
 @click.pass_obj
 def run(settings: Settings, request: RunRequest, as_json: bool, database: str) -> None:
     """Run a swarm in this process: no Redis or PostgreSQL needed."""
-    embedded = settings.model_copy(update={"database_url": database,
-                                           "broker_url": DEFAULT_BROKER_URL})
+    embedded = settings.model_copy(
+        update={"database_url": database, "broker_url": DEFAULT_BROKER_URL}
+    )
     migrate(embedded.database_url)
     app = create_app(embedded)
     rt = app.runtime
@@ -138,8 +155,12 @@ def run(settings: Settings, request: RunRequest, as_json: bool, database: str) -
 
 @cli.command()
 @run_options(ladder=True)
-@click.option("--detach", is_flag=True, help="Dispatch the first tier to the workers and "
-              "return (with a broker; the tiers still run one after the other).")
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Dispatch the first tier to the workers and "
+    "return (with a broker; the tiers still run one after the other).",
+)
 @click.pass_obj
 def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bool) -> None:
     """Run the tiers one after the other, once per profile, and compare them.
@@ -157,14 +178,16 @@ def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bo
         require_migrated(rt.engine)
         with embedded_worker(app, concurrency=min(size, 100)) if embedded else nullcontext():
             ladder_id, run_ids = request.create(rt)
-            click.echo(f"ladder L{ladder_id}: {len(request.tiers)} tiers "
-                       f"({', '.join(request.tiers)}) x {len(request.profiles)} profiles "
-                       f"({', '.join(request.profiles)}), model {request.model}, seed "
-                       f"{request.config.seed}", err=as_json)
+            click.echo(
+                f"ladder L{ladder_id}: {len(request.tiers)} tiers "
+                f"({', '.join(request.tiers)}) x {len(request.profiles)} profiles "
+                f"({', '.join(request.profiles)}), model {request.model}, seed "
+                f"{request.config.seed}",
+                err=as_json,
+            )
             if detach and not embedded:
                 return
-            statuses = [until_finished(rt.engine, run_id, show=not as_json)
-                        for run_id in run_ids]
+            statuses = [until_finished(rt.engine, run_id, show=not as_json) for run_id in run_ids]
     finally:
         rt.engine.dispose()
     if as_json:
@@ -218,8 +241,10 @@ def cancel(settings: Settings, run_or_ladder: str) -> None:
     finally:
         engine.dispose()
     what = f"ladder {target}" if target.kind == "ladder" else f"run {target}"
-    click.echo(f"{what} cancelled: {done.ended} sessions ended now, {done.in_flight} "
-               "end after the turn they have in flight")
+    click.echo(
+        f"{what} cancelled: {done.ended} sessions ended now, {done.in_flight} "
+        "end after the turn they have in flight"
+    )
 
 
 @cli.command()
@@ -236,8 +261,10 @@ def resume(settings: Settings, run_id: int) -> None:
     finally:
         rt.engine.dispose()
     turns = sum(1 for d in dispatches if d.kind == "turn")
-    click.echo(f"run {run_id} resumed: {turns} turns and {len(dispatches) - turns} "
-               f"verifications dispatched ({sent} sent)")
+    click.echo(
+        f"run {run_id} resumed: {turns} turns and {len(dispatches) - turns} "
+        f"verifications dispatched ({sent} sent)"
+    )
 
 
 cli.add_command(report)

@@ -19,8 +19,9 @@ FINAL_RUN_STATES = frozenset({"finished", "cancelled"})
 REFRESH_S = 0.5
 
 
-def until_finished(engine: Engine, run_id: int, *, show: bool,
-                   timeout_s: float | None = None) -> dict[str, Any]:
+def until_finished(
+    engine: Engine, run_id: int, *, show: bool, timeout_s: float | None = None
+) -> dict[str, Any]:
     """Block until the run ends; with ``show``, draw a live progress bar on stderr.
 
     Raises:

@@ -34,8 +34,14 @@ class RunRequest:
     def create(self, rt: Runtime) -> int:
         """Create the run and dispatch its first wave; returns the run id."""
         with rt.engine.begin() as conn:
-            run_id = create_run(conn, model=self.model, config=self.config,
-                                profile=self.profile, now=utcnow(), budget_usd=self.budget_usd)
+            run_id = create_run(
+                conn,
+                model=self.model,
+                config=self.config,
+                profile=self.profile,
+                now=utcnow(),
+                budget_usd=self.budget_usd,
+            )
         rt.flush_outbox(run_id)
         return run_id
 
@@ -54,17 +60,26 @@ class LadderRequest:
         """Create the ladder and its runs and dispatch the first; returns (ladder, runs)."""
         with rt.engine.begin() as conn:
             ladder_id, run_ids = create_ladder(
-                conn, model=self.model, tiers=self.tiers, profiles=self.profiles,
-                config=self.config, now=utcnow(), budget_usd=self.budget_usd)
+                conn,
+                model=self.model,
+                tiers=self.tiers,
+                profiles=self.profiles,
+                config=self.config,
+                now=utcnow(),
+                budget_usd=self.budget_usd,
+            )
         rt.flush_outbox(run_ids[0])
         return ladder_id, run_ids
 
 
 def _config(waves: str, seed: int | None, mix: str, **fields: Any) -> RunConfig:
     try:
-        return RunConfig(waves=str(WaveSpec.parse(waves)),
-                         seed=seed if seed is not None else random.randrange(1 << 31),
-                         sim_mix=parse_mix(mix), **fields)
+        return RunConfig(
+            waves=str(WaveSpec.parse(waves)),
+            seed=seed if seed is not None else random.randrange(1 << 31),
+            sim_mix=parse_mix(mix),
+            **fields,
+        )
     except ValidationError as exc:
         raise click.BadParameter("; ".join(e["msg"] for e in exc.errors())) from None
 
@@ -75,8 +90,14 @@ def run_options(*, ladder: bool = False) -> Callable[[Callable[..., Any]], Calla
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
-        def wrapper(*args: Any, model: str, seed: int | None, sim_mix: str,
-                    budget_usd: float | None, **kwargs: Any) -> Any:
+        def wrapper(
+            *args: Any,
+            model: str,
+            seed: int | None,
+            sim_mix: str,
+            budget_usd: float | None,
+            **kwargs: Any,
+        ) -> Any:
             fields = {name: kwargs.pop(name) for name in _CONFIG_FIELDS}
             settings = click.get_current_context().find_object(Settings)
             check_model(model, PriceTable.load(settings.prices_file if settings else None))
@@ -103,55 +124,129 @@ def run_options(*, ladder: bool = False) -> Callable[[Callable[..., Any]], Calla
 
 
 #: Options that become :class:`RunConfig` fields as they are.
-_CONFIG_FIELDS = ("max_turns", "max_tokens", "max_cost_usd", "repair_rounds", "sim_latency_ms",
-                  "sim_flaw_rate", "cache")
+_CONFIG_FIELDS = (
+    "max_turns",
+    "max_tokens",
+    "max_cost_usd",
+    "repair_rounds",
+    "sim_latency_ms",
+    "sim_flaw_rate",
+    "cache",
+)
 
 
 def _run_only_options() -> list[Callable[..., Any]]:
     return [
-        click.option("--wave", "waves", default="1x1", show_default=True,
-                     help="N waves of M concurrent sessions, as NxM."),
-        click.option("--profile", type=click.Choice(sorted(PROFILES)), default=DEFAULT_PROFILE,
-                     show_default=True, help="Prompt contract and engine rules."),
+        click.option(
+            "--wave",
+            "waves",
+            default="1x1",
+            show_default=True,
+            help="N waves of M concurrent sessions, as NxM.",
+        ),
+        click.option(
+            "--profile",
+            type=click.Choice(sorted(PROFILES)),
+            default=DEFAULT_PROFILE,
+            show_default=True,
+            help="Prompt contract and engine rules.",
+        ),
     ]
 
 
 def _ladder_options() -> list[Callable[..., Any]]:
     return [
-        click.option("--tiers", default=",".join(DEFAULT_TIERS), show_default=True,
-                     help="Wave specs run one after the other; 5x1 is five sessions in a row."),
-        click.option("--profile", "profiles", type=click.Choice(sorted(PROFILES)),
-                     multiple=True, help="Profile to climb the ladder with; repeat for an A/B "
-                                         f"comparison [default: {DEFAULT_PROFILE}]."),
+        click.option(
+            "--tiers",
+            default=",".join(DEFAULT_TIERS),
+            show_default=True,
+            help="Wave specs run one after the other; 5x1 is five sessions in a row.",
+        ),
+        click.option(
+            "--profile",
+            "profiles",
+            type=click.Choice(sorted(PROFILES)),
+            multiple=True,
+            help="Profile to climb the ladder with; repeat for an A/B "
+            f"comparison [default: {DEFAULT_PROFILE}].",
+        ),
     ]
 
 
 def _shared_options() -> list[Callable[..., Any]]:
     return [
-        click.option("--model", default="sim", show_default=True,
-                     help="'sim' (the offline stand-in) or a Gemini model, e.g. "
-                          "gemini-3-flash-preview."),
-        click.option("--cache", type=click.Choice(["implicit", "explicit"]), default="implicit",
-                     show_default=True, help="Gemini context caching: the API's implicit cache, "
-                     "or one explicit cache of the run's prompt prefix."),
-        click.option("--seed", type=int, default=None,
-                     help="Seed of briefs and sim behaviour [default: random]."),
-        click.option("--max-turns", type=click.IntRange(min=1), default=40,
-                     show_default=True, help="Turns after which a session is stopped."),
-        click.option("--max-tokens", type=click.IntRange(min=1), default=None,
-                     help="Tokens a session may spend before it is stopped."),
-        click.option("--max-cost-usd", type=click.FloatRange(min=0, min_open=True),
-                     default=None, help="Dollars a session may spend before it is stopped."),
-        click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Dollars a run may spend; then no new turn starts and the "
-                          "remaining sessions end stopped."),
-        click.option("--repair-rounds", type=click.IntRange(min=0), default=2,
-                     show_default=True, help="Verifier rejections a session may repair."),
-        click.option("--sim-latency-ms", type=click.IntRange(min=0), default=1500,
-                     show_default=True, help="Mean latency of one sim model call."),
-        click.option("--sim-mix", default="diligent", show_default=True,
-                     help="Sim personas and weights, e.g. diligent=3,sloppy=1,explorer,markdown."),
-        click.option("--sim-flaw-rate", type=click.FloatRange(0, 1), default=0.0,
-                     show_default=True, help="Share of sim first drafts with a defect."),
+        click.option(
+            "--model",
+            default="sim",
+            show_default=True,
+            help="'sim' (the offline stand-in) or a Gemini model, e.g. gemini-3-flash-preview.",
+        ),
+        click.option(
+            "--cache",
+            type=click.Choice(["implicit", "explicit"]),
+            default="implicit",
+            show_default=True,
+            help="Gemini context caching: the API's implicit cache, "
+            "or one explicit cache of the run's prompt prefix.",
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=None,
+            help="Seed of briefs and sim behaviour [default: random].",
+        ),
+        click.option(
+            "--max-turns",
+            type=click.IntRange(min=1),
+            default=40,
+            show_default=True,
+            help="Turns after which a session is stopped.",
+        ),
+        click.option(
+            "--max-tokens",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Tokens a session may spend before it is stopped.",
+        ),
+        click.option(
+            "--max-cost-usd",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            help="Dollars a session may spend before it is stopped.",
+        ),
+        click.option(
+            "--budget-usd",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            help="Dollars a run may spend; then no new turn starts and the "
+            "remaining sessions end stopped.",
+        ),
+        click.option(
+            "--repair-rounds",
+            type=click.IntRange(min=0),
+            default=2,
+            show_default=True,
+            help="Verifier rejections a session may repair.",
+        ),
+        click.option(
+            "--sim-latency-ms",
+            type=click.IntRange(min=0),
+            default=1500,
+            show_default=True,
+            help="Mean latency of one sim model call.",
+        ),
+        click.option(
+            "--sim-mix",
+            default="diligent",
+            show_default=True,
+            help="Sim personas and weights, e.g. diligent=3,sloppy=1,explorer,markdown.",
+        ),
+        click.option(
+            "--sim-flaw-rate",
+            type=click.FloatRange(0, 1),
+            default=0.0,
+            show_default=True,
+            help="Share of sim first drafts with a defect.",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print the status as JSON."),
     ]

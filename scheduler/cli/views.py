@@ -10,8 +10,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 #: Session states shown in the summary line, in this order.
-SHOWN_STATES = ("succeeded", "failed", "stopped", "cancelled", "error", "running", "verifying",
-                "pending")
+SHOWN_STATES = (
+    "succeeded",
+    "failed",
+    "stopped",
+    "cancelled",
+    "error",
+    "running",
+    "verifying",
+    "pending",
+)
 
 
 def status_view(status: dict[str, Any]) -> Group:
@@ -20,21 +28,33 @@ def status_view(status: dict[str, Any]) -> Group:
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
     summary.add_column()
-    summary.add_row("run", f"{status['run']}  {status['status']}  ({status['waves_spec']}, "
-                           f"model {status['model']}, profile {status['profile']})")
-    summary.add_row("sessions", f"{sessions['total']} total: " + ", ".join(
-        f"{sessions[s]} {s}" for s in SHOWN_STATES if sessions[s]))
+    summary.add_row(
+        "run",
+        f"{status['run']}  {status['status']}  ({status['waves_spec']}, "
+        f"model {status['model']}, profile {status['profile']})",
+    )
+    summary.add_row(
+        "sessions",
+        f"{sessions['total']} total: "
+        + ", ".join(f"{sessions[s]} {s}" for s in SHOWN_STATES if sessions[s]),
+    )
     art = status["artifacts"]
     by = ", ".join(f"{n} {method}" for method, n in sorted(art["verified_by"].items()))
-    summary.add_row("artifacts", f"{art['total']} ({art['versions']} versions, "
-                                 f"{art['verified']} verified" + (f": {by})" if by else ")"))
+    summary.add_row(
+        "artifacts",
+        f"{art['total']} ({art['versions']} versions, "
+        f"{art['verified']} verified" + (f": {by})" if by else ")"),
+    )
     errors = status["tool_errors"]
     kinds = ", ".join(f"{k} {v}" for k, v in errors["by_kind"].items())
     summary.add_row("tool errors", f"{errors['total']}" + (f" ({kinds})" if kinds else ""))
     tokens = status["tokens"]
-    summary.add_row("tokens", f"{tokens['total']:,} (prompt {tokens['prompt']:,}, cached "
-                              f"{tokens['cached']:,}, output {tokens['output']:,}, thoughts "
-                              f"{tokens['thoughts']:,})")
+    summary.add_row(
+        "tokens",
+        f"{tokens['total']:,} (prompt {tokens['prompt']:,}, cached "
+        f"{tokens['cached']:,}, output {tokens['output']:,}, thoughts "
+        f"{tokens['thoughts']:,})",
+    )
     summary.add_row("turns / cost", f"{status['turns']} turns, ${status['cost_usd']:.4f}")
     if status["elapsed_s"] is not None:
         summary.add_row("elapsed", f"{status['elapsed_s']:.1f} s")
@@ -46,40 +66,82 @@ def status_view(status: dict[str, Any]) -> Group:
         summary.add_row("limiter", _limiter(status["limiter"]))
     waves = Table("wave", "size", "status", "done", "started", "finished", box=None)
     for w in status["waves"]:
-        waves.add_row(str(w["index"]), str(w["size"]), w["status"], str(w["done"]),
-                      _clock(w["started_at"]), _clock(w["finished_at"]))
+        waves.add_row(
+            str(w["index"]),
+            str(w["size"]),
+            w["status"],
+            str(w["done"]),
+            _clock(w["started_at"]),
+            _clock(w["finished_at"]),
+        )
     if "session_list" not in status:
         return Group(summary, waves)
-    table = Table("session", "wave", "persona", "status", "outcome", "turns", "versions",
-                  "errors", "cost", box=None)
+    table = Table(
+        "session",
+        "wave",
+        "persona",
+        "status",
+        "outcome",
+        "turns",
+        "versions",
+        "errors",
+        "cost",
+        box=None,
+    )
     for row in status["session_list"]:
-        table.add_row(str(row["index"]), str(row["wave"]), row["persona"], row["status"],
-                      row["outcome"] or "-", str(row["turns"]), str(row["versions"]),
-                      str(row["errors"]), f"${row['cost_usd']:.4f}")
+        table.add_row(
+            str(row["index"]),
+            str(row["wave"]),
+            row["persona"],
+            row["status"],
+            row["outcome"] or "-",
+            str(row["turns"]),
+            str(row["versions"]),
+            str(row["errors"]),
+            f"${row['cost_usd']:.4f}",
+        )
     return Group(summary, waves, table)
 
 
 def ladder_view(statuses: list[dict[str, Any]]) -> Table:
     """One line per run of a ladder: profile, tier, sessions, turns, cost, time."""
-    table = Table("run", "profile", "tier", "succeeded", "stopped", "failed", "turns", "cost",
-                  "elapsed", box=None)
+    table = Table(
+        "run",
+        "profile",
+        "tier",
+        "succeeded",
+        "stopped",
+        "failed",
+        "turns",
+        "cost",
+        "elapsed",
+        box=None,
+    )
     for s in statuses:
         sessions = s["sessions"]
-        table.add_row(str(s["run"]), s["profile"], s["tier"] or s["waves_spec"],
-                      f"{sessions['succeeded']}/{sessions['total']}", str(sessions["stopped"]),
-                      str(sessions["failed"] + sessions["error"]), str(s["turns"]),
-                      f"${s['cost_usd']:.4f}",
-                      f"{s['elapsed_s']:.1f} s" if s["elapsed_s"] is not None else "-")
+        table.add_row(
+            str(s["run"]),
+            s["profile"],
+            s["tier"] or s["waves_spec"],
+            f"{sessions['succeeded']}/{sessions['total']}",
+            str(sessions["stopped"]),
+            str(sessions["failed"] + sessions["error"]),
+            str(s["turns"]),
+            f"${s['cost_usd']:.4f}",
+            f"{s['elapsed_s']:.1f} s" if s["elapsed_s"] is not None else "-",
+        )
     return table
 
 
 def _limiter(state: dict[str, Any]) -> str:
     if "error" in state:
         return str(state["error"])
-    text = (f"{state['in_flight']} in flight of {state['concurrency_limit']} "
-            f"(max {state['max_concurrency']}), {state['requests_in_window']}/"
-            f"{state['requests_per_minute']} requests and {state['tokens_in_window']:,}/"
-            f"{state['tokens_per_minute']:,} tokens in the last minute")
+    text = (
+        f"{state['in_flight']} in flight of {state['concurrency_limit']} "
+        f"(max {state['max_concurrency']}), {state['requests_in_window']}/"
+        f"{state['requests_per_minute']} requests and {state['tokens_in_window']:,}/"
+        f"{state['tokens_per_minute']:,} tokens in the last minute"
+    )
     if state["cooldown_until"]:
         text += f", cooling down until {_clock(state['cooldown_until'])}"
     if state["paused"]:
@@ -99,8 +161,10 @@ class RunProgress:
             TextColumn("[bold]run {task.fields[run]}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("wave {task.fields[wave]}  ok {task.fields[ok]}  "
-                       "bad {task.fields[bad]}  ${task.fields[cost]:.4f}"),
+            TextColumn(
+                "wave {task.fields[wave]}  ok {task.fields[ok]}  "
+                "bad {task.fields[bad]}  ${task.fields[cost]:.4f}"
+            ),
             TimeElapsedColumn(),
             console=console,
             transient=False,

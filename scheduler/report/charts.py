@@ -17,20 +17,36 @@ from scheduler.report.gallery import RunDetail
 from scheduler.report.text import OUTCOME_LABELS
 
 #: Parts of a wave's bill, bottom to top, with their colours.
-COST_COLOURS = {"uncached_prompt": "#4c78a8", "cached_prompt": "#9ecae9", "tool_use": "#72b7b2",
-                "output": "#f58518", "thoughts": "#ffbf79", "unpriced": "#bab0ac"}
+COST_COLOURS = {
+    "uncached_prompt": "#4c78a8",
+    "cached_prompt": "#9ecae9",
+    "tool_use": "#72b7b2",
+    "output": "#f58518",
+    "thoughts": "#ffbf79",
+    "unpriced": "#bab0ac",
+}
 #: Colours of the dollars-by-outcome bars, in :data:`~scheduler.report.figures.OUTCOMES` order.
-OUTCOME_COLOURS = dict(zip(OUTCOMES, ("#54a24b", "#f58518", "#eeca3b", "#e45756", "#9d2b2b",
-                                      "#bab0ac", "#d8d8d8"), strict=True))
+OUTCOME_COLOURS = dict(
+    zip(
+        OUTCOMES,
+        ("#54a24b", "#f58518", "#eeca3b", "#e45756", "#9d2b2b", "#bab0ac", "#d8d8d8"),
+        strict=True,
+    )
+)
 #: Line colours of worker roles in the memory chart.
 ROLE_COLOURS = {"sessions": "#4c78a8", "verify": "#b279a2", "browser": "#f58518"}
 _MIB = 1024 * 1024
 _P = ParamSpec("_P")
 # Typed loosely: matplotlib's stubs key rcParams by a Literal of every name.
 _RC: dict[Any, Any] = {
-    "font.size": 8.5, "font.family": "sans-serif", "font.sans-serif": ["DejaVu Sans"],
-    "axes.spines.top": False, "axes.spines.right": False, "axes.axisbelow": True,
-    "axes.grid": True, "grid.color": "#e6e6e6",
+    "font.size": 8.5,
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.axisbelow": True,
+    "axes.grid": True,
+    "grid.color": "#e6e6e6",
     # Glyphs as paths: the page looks the same where matplotlib's font is not installed.
     "svg.fonttype": "path",
     # Error kinds and profile names are data: a "$" in them must not start mathtext.
@@ -44,7 +60,7 @@ def _svg(fig: Figure, label: str) -> Markup:
     fig.savefig(buf, format="svg", metadata={"Date": None})
     text = buf.getvalue()
     head = f'<svg class="chart" role="img" aria-label="{escape(label)}"'
-    return Markup(text[text.index("<svg"):].replace("<svg", head, 1))
+    return Markup(text[text.index("<svg") :].replace("<svg", head, 1))
 
 
 def _themed(chart: Callable[_P, Markup | None]) -> Callable[_P, Markup | None]:
@@ -79,8 +95,14 @@ def waste_chart(runs: Sequence[RunFigures]) -> Markup | None:
     for outcome in OUTCOMES:
         values = [r.dollars_by_outcome[outcome] for r in runs][::-1]
         if any(values):
-            ax.barh(labels, values, left=left, color=OUTCOME_COLOURS[outcome],
-                    label=OUTCOME_LABELS[outcome], height=0.62)
+            ax.barh(
+                labels,
+                values,
+                left=left,
+                color=OUTCOME_COLOURS[outcome],
+                label=OUTCOME_LABELS[outcome],
+                height=0.62,
+            )
             left = [a + b for a, b in zip(left, values, strict=True)]
     ax.set_xlabel("US dollars")
     ax.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=7.5, frameon=False)
@@ -100,13 +122,18 @@ def errors_chart(runs: Sequence[RunFigures], colours: Mapping[str, str]) -> Mark
         return None
     kinds = sorted(totals, key=lambda k: sum(totals[k].values()))
     n = len(colours)
-    fig = _figure(5.4, 0.8 + 0.28 * len(kinds) * n ** 0.5)
+    fig = _figure(5.4, 0.8 + 0.28 * len(kinds) * n**0.5)
     ax = fig.subplots()
     height = 0.8 / n
     for i, (profile, colour) in enumerate(colours.items()):
         ys = [k + (n - 1 - 2 * i) * height / 2 for k in range(len(kinds))]
-        ax.barh(ys, [totals[k].get(profile, 0) for k in kinds], height=height, color=colour,
-                label=profile if n > 1 else None)
+        ax.barh(
+            ys,
+            [totals[k].get(profile, 0) for k in kinds],
+            height=height,
+            color=colour,
+            label=profile if n > 1 else None,
+        )
     ax.set_yticks(range(len(kinds)), kinds)
     ax.set_xlabel("events")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -126,8 +153,12 @@ def cache_chart(runs: Sequence[RunFigures], colours: Mapping[str, str]) -> Marku
     ax = fig.subplots()
     labels = [_label(r, many) for r in shown]
     shares = [(r.tokens.cache_share or 0.0) * 100 for r in shown]
-    bars = ax.bar(labels, shares, width=0.6 if len(shown) > 2 else 0.4,
-                  color=[colours.get(r.profile, "#4c78a8") for r in shown])
+    bars = ax.bar(
+        labels,
+        shares,
+        width=0.6 if len(shown) > 2 else 0.4,
+        color=[colours.get(r.profile, "#4c78a8") for r in shown],
+    )
     ax.bar_label(bars, fmt="%.1f%%", fontsize=7.5, padding=2)
     ax.set_ylim(0, 105)
     ax.set_ylabel("cached / prompt tokens (%)")
@@ -147,16 +178,28 @@ def rss_chart(detail: RunDetail, run: RunFigures) -> Markup | None:
     per_role: dict[str, int] = {}
     for s in detail.rss:
         n = per_role[s.role] = per_role.get(s.role, 0) + 1
-        ax.plot([(t - t0).total_seconds() for t in s.at], [b / _MIB for b in s.rss_bytes],
-                color=ROLE_COLOURS.get(s.role, "#555555"), linewidth=1.4,
-                linestyle=("-", "--", ":", "-.")[(n - 1) % 4], label=f"{s.role} pid {s.pid}")
+        ax.plot(
+            [(t - t0).total_seconds() for t in s.at],
+            [b / _MIB for b in s.rss_bytes],
+            color=ROLE_COLOURS.get(s.role, "#555555"),
+            linewidth=1.4,
+            linestyle=("-", "--", ":", "-.")[(n - 1) % 4],
+            label=f"{s.role} pid {s.pid}",
+        )
     for wave in run.wave_list:
         if wave.started_at is not None:
             x = (wave.started_at - t0).total_seconds()
             ax.axvline(x, color="#999999", linewidth=0.8, linestyle=(0, (3, 3)))
-            ax.annotate(f"w{wave.index}", (x, 1), xycoords=("data", "axes fraction"),
-                        xytext=(2, -2), textcoords="offset points", va="top", fontsize=7,
-                        color="#666666")
+            ax.annotate(
+                f"w{wave.index}",
+                (x, 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(2, -2),
+                textcoords="offset points",
+                va="top",
+                fontsize=7,
+                color="#666666",
+            )
     ax.set_xlabel("seconds since the run started")
     ax.set_ylabel("RSS (MiB)")
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
@@ -175,12 +218,10 @@ def wave_cost_chart(run: RunFigures) -> Markup | None:
     for kind, colour in COST_COLOURS.items():
         values = [w.cost_by_kind_usd.get(kind, 0.0) for w in run.wave_list]
         if any(values):
-            ax.bar(labels, values, bottom=bottom, color=colour, label=kind.replace("_", " "),
-                   width=0.7)
+            ax.bar(
+                labels, values, bottom=bottom, color=colour, label=kind.replace("_", " "), width=0.7
+            )
             bottom = [a + b for a, b in zip(bottom, values, strict=True)]
     ax.set_ylabel("US dollars")
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     return _svg(fig, f"cost per wave of run {run.run_id}, by token kind")
-
-
-

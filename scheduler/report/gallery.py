@@ -54,8 +54,9 @@ class Shot:
         """The screenshot, shrunk to a thumbnail, as a ``data:`` URI; None without one."""
         if self.screenshot_png is None:
             return None
-        return "data:image/jpeg;base64," + base64.b64encode(
-            thumbnail(self.screenshot_png)).decode("ascii")
+        return "data:image/jpeg;base64," + base64.b64encode(thumbnail(self.screenshot_png)).decode(
+            "ascii"
+        )
 
     def thumb_size(self) -> tuple[int, int] | None:
         """Thumbnail width and height in CSS pixels, from the PNG header."""
@@ -96,33 +97,61 @@ def load_details(conn: Connection, runs: Sequence[RunFigures]) -> dict[int, RunD
 def _detail(conn: Connection, run_id: int) -> RunDetail:
     series: dict[tuple[str, str, int], RssSeries] = {}
     for role, host, pid, at, rss in conn.execute(
-            select(samples.c.role, samples.c.host, samples.c.pid, samples.c.at,
-                   samples.c.rss_bytes).where(samples.c.run_id == run_id)
-            .order_by(samples.c.at)):
+        select(samples.c.role, samples.c.host, samples.c.pid, samples.c.at, samples.c.rss_bytes)
+        .where(samples.c.run_id == run_id)
+        .order_by(samples.c.at)
+    ):
         one = series.setdefault((role, host, pid), RssSeries(role, host, pid, [], []))
         one.at.append(at)
         one.rss_bytes.append(int(rss))
     v, per = verifications, per_session(run_id)
-    last = (select(v.c.session_id, func.max(v.c.round).label("round"))
-            .where(v.c.session_id.in_(select(sessions.c.id).where(sessions.c.run_id == run_id)))
-            .group_by(v.c.session_id).subquery())
+    last = (
+        select(v.c.session_id, func.max(v.c.round).label("round"))
+        .where(v.c.session_id.in_(select(sessions.c.id).where(sessions.c.run_id == run_id)))
+        .group_by(v.c.session_id)
+        .subquery()
+    )
     rows = conn.execute(
-        select(sessions.c.index, waves.c.index, sessions.c.persona, sessions.c.status,
-               sessions.c.outcome, func.coalesce(per.c.turns, 0),
-               func.coalesce(per.c.cost, 0.0), v.c.passed, v.c.method, v.c.fps, v.c.checks,
-               v.c.screenshot_png)
+        select(
+            sessions.c.index,
+            waves.c.index,
+            sessions.c.persona,
+            sessions.c.status,
+            sessions.c.outcome,
+            func.coalesce(per.c.turns, 0),
+            func.coalesce(per.c.cost, 0.0),
+            v.c.passed,
+            v.c.method,
+            v.c.fps,
+            v.c.checks,
+            v.c.screenshot_png,
+        )
         .join(waves, waves.c.id == sessions.c.wave_id)
         .outerjoin(per, per.c.session_id == sessions.c.id)
         .outerjoin(last, last.c.session_id == sessions.c.id)
         .outerjoin(v, and_(v.c.session_id == last.c.session_id, v.c.round == last.c.round))
-        .where(sessions.c.run_id == run_id).order_by(sessions.c.index)).all()
+        .where(sessions.c.run_id == run_id)
+        .order_by(sessions.c.index)
+    ).all()
     gallery = [
-        Shot(session_index=r[0], wave=r[1], persona=r[2], status=r[3], outcome=r[4],
-             turns=int(r[5]), cost_usd=float(r[6]), passed=r[7], method=r[8], fps=r[9],
-             failing_checks=[{"name": str(c.get("name")), "detail": str(c.get("detail", ""))}
-                             for c in (r[10] or []) if not c.get("passed")],
-             screenshot_png=r[11])
-        for r in rows]
+        Shot(
+            session_index=r[0],
+            wave=r[1],
+            persona=r[2],
+            status=r[3],
+            outcome=r[4],
+            turns=int(r[5]),
+            cost_usd=float(r[6]),
+            passed=r[7],
+            method=r[8],
+            fps=r[9],
+            failing_checks=[
+                {"name": str(c.get("name")), "detail": str(c.get("detail", ""))}
+                for c in (r[10] or [])
+                if not c.get("passed")
+            ],
+            screenshot_png=r[11],
+        )
+        for r in rows
+    ]
     return RunDetail(sorted(series.values(), key=lambda s: (s.role, s.host, s.pid)), gallery)
-
-

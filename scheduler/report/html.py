@@ -24,13 +24,21 @@ from scheduler.report.gallery import RssSeries, RunDetail, Shot, load_details
 from scheduler.report.ladder_figures import LadderFigures
 from scheduler.report.text import OUTCOME_LABELS, arrow, delta, duration, mib, pct, runs_of, usd
 
-__all__ = ["RssSeries", "RunDetail", "Shot", "kpis", "load_details", "profile_colours",
-           "render_html"]
+__all__ = [
+    "RssSeries",
+    "RunDetail",
+    "Shot",
+    "kpis",
+    "load_details",
+    "profile_colours",
+    "render_html",
+]
 
 #: Bar colours of a ladder's baseline and candidate profiles.
 BASELINE_COLOUR, CANDIDATE_COLOUR = "#e76f51", "#2a9d8f"
 #: Bar colours of other profiles, in ladder order.
 PROFILE_COLOURS = ("#2a9d8f", "#e76f51", "#8c6bb1", "#264653", "#8c8c8c")
+
 
 def render_html(figures: RunFigures | LadderFigures, details: Mapping[int, RunDetail]) -> str:
     """The whole report page for a run or a ladder."""
@@ -38,19 +46,35 @@ def render_html(figures: RunFigures | LadderFigures, details: Mapping[int, RunDe
     ladder = figures if isinstance(figures, LadderFigures) else None
     profiles = ladder.profiles if ladder else [runs[0].profile]
     tiers = ladder.tiers if ladder else [runs[0].tier]
-    grid = [(tier, [[r for r in runs if r.tier == tier and r.profile == p] for p in profiles])
-            for tier in tiers if any(r.tier == tier for r in runs)]
+    grid = [
+        (tier, [[r for r in runs if r.tier == tier and r.profile == p] for p in profiles])
+        for tier in tiers
+        if any(r.tier == tier for r in runs)
+    ]
     colours = profile_colours(profiles, ladder)
-    env = Environment(loader=PackageLoader("scheduler.report", "templates"),
-                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env = Environment(
+        loader=PackageLoader("scheduler.report", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
     env.filters.update(usd=usd, pct=pct, mib=mib, duration=duration)
     return env.get_template("report.html.j2").render(
-        ladder=ladder, runs=runs, profiles=profiles, grid=grid, details=details,
+        ladder=ladder,
+        runs=runs,
+        profiles=profiles,
+        grid=grid,
+        details=details,
         kpis=[(p, kpis([r for r in runs if r.profile == p])) for p in profiles],
         outcomes=[(o, OUTCOME_LABELS[o], OUTCOME_COLOURS[o]) for o in OUTCOMES],
-        arrow=arrow, delta=delta, rss_chart=rss_chart, wave_cost_chart=wave_cost_chart,
-        charts={"waste": waste_chart(runs), "errors": errors_chart(runs, colours),
-                "cache": cache_chart(runs, colours)})
+        arrow=arrow,
+        delta=delta,
+        rss_chart=rss_chart,
+        wave_cost_chart=wave_cost_chart,
+        charts={
+            "waste": waste_chart(runs),
+            "errors": errors_chart(runs, colours),
+            "cache": cache_chart(runs, colours),
+        },
+    )
 
 
 def profile_colours(profiles: Sequence[str], ladder: LadderFigures | None) -> dict[str, str]:
@@ -66,10 +90,14 @@ def kpis(runs: Sequence[RunFigures]) -> list[tuple[str, str, str]]:
     cost = sum(r.cost_usd for r in runs)
     verified, total = sum(r.verified for r in runs), sum(r.sessions for r in runs)
     prompt, cached = sum(r.tokens.prompt for r in runs), sum(r.tokens.cached for r in runs)
-    peaks = [r.memory.sessions_peak_rss_bytes for r in runs
-             if r.memory.sessions_peak_rss_bytes is not None]
-    browser = [r.memory.browser_peak_rss_bytes for r in runs
-               if r.memory.browser_peak_rss_bytes is not None]
+    peaks = [
+        r.memory.sessions_peak_rss_bytes
+        for r in runs
+        if r.memory.sessions_peak_rss_bytes is not None
+    ]
+    browser = [
+        r.memory.browser_peak_rss_bytes for r in runs if r.memory.browser_peak_rss_bytes is not None
+    ]
     elapsed = [r.elapsed_s for r in runs if r.elapsed_s is not None]
     one = runs[0] if len(runs) == 1 else None
     rss_note = "session workers"
@@ -80,15 +108,22 @@ def kpis(runs: Sequence[RunFigures]) -> list[tuple[str, str, str]]:
         ("cost", usd(cost), one.structure if one else f"{len(runs)} runs"),
         ("verified", f"{verified}/{total}", pct(verified / total) if total else ""),
         ("$ per verified", usd(cost / verified) if verified else "-", "artifact"),
-        ("tool errors", str(sum(r.tool_errors.total for r in runs)),
-         f"{sum(r.nudges.total for r in runs)} nudges"),
-        ("model retries", str(sum(r.retries for r in runs)),
-         f"{sum(r.turns for r in runs):,} turns"),
+        (
+            "tool errors",
+            str(sum(r.tool_errors.total for r in runs)),
+            f"{sum(r.nudges.total for r in runs)} nudges",
+        ),
+        (
+            "model retries",
+            str(sum(r.retries for r in runs)),
+            f"{sum(r.turns for r in runs):,} turns",
+        ),
         ("prompt cache", pct(cached / prompt) if prompt else "-", f"{cached:,} cached tokens"),
         ("peak RSS", mib(max(peaks)) if peaks else "-", rss_note),
         ("browser peak", mib(max(browser)) if browser else "-", "verifier's Chromium"),
-        ("elapsed", duration(sum(elapsed)) if elapsed else "-",
-         one.status if one else "sum of runs"),
+        (
+            "elapsed",
+            duration(sum(elapsed)) if elapsed else "-",
+            one.status if one else "sum of runs",
+        ),
     ]
-
-

@@ -15,8 +15,9 @@ from worker.models.pricing import PriceTable
 from worker.store.tables import ladders, runs
 
 
-def figures_for(conn: Connection, target: Target, *,
-                prices: PriceTable) -> RunFigures | LadderFigures:
+def figures_for(
+    conn: Connection, target: Target, *, prices: PriceTable
+) -> RunFigures | LadderFigures:
     """The figures of a run or of a ladder.
 
     Raises:
@@ -92,26 +93,47 @@ def ladder_figures(conn: Connection, ladder_id: int, *, prices: PriceTable) -> L
     row = conn.execute(select(ladders).where(ladders.c.id == ladder_id)).first()
     if row is None:
         raise LadderNotFound(f"no ladder L{ladder_id}")
-    ids = conn.execute(select(runs.c.id).where(runs.c.ladder_id == ladder_id)
-                       .order_by(runs.c.id)).scalars().all()
+    ids = (
+        conn.execute(select(runs.c.id).where(runs.c.ladder_id == ladder_id).order_by(runs.c.id))
+        .scalars()
+        .all()
+    )
     figs = [run_figures(conn, run_id, prices=prices) for run_id in ids]
     tiers = [*row.tiers, *sorted({f.tier for f in figs} - set(row.tiers))]
     profiles = [*row.profiles, *sorted({f.profile for f in figs} - set(row.profiles))]
     figs.sort(key=lambda f: (profiles.index(f.profile), tiers.index(f.tier), f.run_id))
     roles = _baseline_candidate(profiles)
     latest = {(f.profile, f.tier): f for f in sorted(figs, key=lambda f: f.run_id)}
-    pairs = [] if roles is None else [
-        (latest[roles[0], t], latest[roles[1], t]) for t in tiers
-        if (roles[0], t) in latest and (roles[1], t) in latest]
+    pairs = (
+        []
+        if roles is None
+        else [
+            (latest[roles[0], t], latest[roles[1], t])
+            for t in tiers
+            if (roles[0], t) in latest and (roles[1], t) in latest
+        ]
+    )
     comparison = [_compare(b.tier, b.structure, [b], [c]) for b, c in pairs]
-    total = _compare("total", f"{len(pairs)} tiers", [b for b, _ in pairs],
-                     [c for _, c in pairs]) if pairs else None
+    total = (
+        _compare("total", f"{len(pairs)} tiers", [b for b, _ in pairs], [c for _, c in pairs])
+        if pairs
+        else None
+    )
     return LadderFigures(
-        ladder_id=row.id, model=row.model, tiers=tiers, profiles=profiles, status=row.status,
-        created_at=row.created_at, finished_at=row.finished_at,
-        baseline=roles[0] if roles else None, candidate=roles[1] if roles else None, runs=figs,
+        ladder_id=row.id,
+        model=row.model,
+        tiers=tiers,
+        profiles=profiles,
+        status=row.status,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        baseline=roles[0] if roles else None,
+        candidate=roles[1] if roles else None,
+        runs=figs,
         totals=[_totals(p, [f for f in figs if f.profile == p]) for p in profiles],
-        comparison=comparison, comparison_total=total)
+        comparison=comparison,
+        comparison_total=total,
+    )
 
 
 def _baseline_candidate(profiles: list[str]) -> tuple[str, str] | None:
@@ -122,25 +144,36 @@ def _baseline_candidate(profiles: list[str]) -> tuple[str, str] | None:
     return (second, first) if second == "baseline" else (first, second)
 
 
-def _compare(tier: str, structure: str, base: list[RunFigures],
-             cand: list[RunFigures]) -> Comparison:
+def _compare(
+    tier: str, structure: str, base: list[RunFigures], cand: list[RunFigures]
+) -> Comparison:
     b, c = math.fsum(f.cost_usd for f in base), math.fsum(f.cost_usd for f in cand)
     return Comparison(
-        tier=tier, structure=structure,
+        tier=tier,
+        structure=structure,
         baseline_run=base[0].run_id if len(base) == 1 else None,
         candidate_run=cand[0].run_id if len(cand) == 1 else None,
-        baseline_cost_usd=b, candidate_cost_usd=c, delta_usd=c - b,
+        baseline_cost_usd=b,
+        candidate_cost_usd=c,
+        delta_usd=c - b,
         delta_pct=(c - b) / b * 100 if b else None,
         baseline_tool_errors=sum(f.tool_errors.total for f in base),
         candidate_tool_errors=sum(f.tool_errors.total for f in cand),
         baseline_nudges=sum(f.nudges.total for f in base),
-        candidate_nudges=sum(f.nudges.total for f in cand))
+        candidate_nudges=sum(f.nudges.total for f in cand),
+    )
 
 
 def _totals(profile: str, figs: list[RunFigures]) -> ProfileTotals:
     cost, verified = math.fsum(f.cost_usd for f in figs), sum(f.verified for f in figs)
     return ProfileTotals(
-        profile=profile, runs=len(figs), sessions=sum(f.sessions for f in figs),
-        verified=verified, cost_usd=cost, cost_per_verified_usd=cost / verified if verified
-        else None, tool_errors=sum(f.tool_errors.total for f in figs),
-        nudges=sum(f.nudges.total for f in figs), retries=sum(f.retries for f in figs))
+        profile=profile,
+        runs=len(figs),
+        sessions=sum(f.sessions for f in figs),
+        verified=verified,
+        cost_usd=cost,
+        cost_per_verified_usd=cost / verified if verified else None,
+        tool_errors=sum(f.tool_errors.total for f in figs),
+        nudges=sum(f.nudges.total for f in figs),
+        retries=sum(f.retries for f in figs),
+    )

@@ -23,8 +23,19 @@ from worker.models.pricing import PriceTable
 from worker.settings import Settings
 from worker.store.engine import make_engine, require_migrated
 
-__all__ = ["OUTCOME_LABELS", "arrow", "delta", "duration", "mib", "parse_target", "pct",
-           "report", "report_view", "runs_of", "usd"]
+__all__ = [
+    "OUTCOME_LABELS",
+    "arrow",
+    "delta",
+    "duration",
+    "mib",
+    "parse_target",
+    "pct",
+    "report",
+    "report_view",
+    "runs_of",
+    "usd",
+]
 
 #: How each :data:`~scheduler.report.figures.OUTCOMES` bucket reads in a report.
 OUTCOME_LABELS = {
@@ -48,8 +59,9 @@ _OUTCOME_HEADERS = {
 }
 _MIB = 1024 * 1024
 _ARROW = "\N{RIGHTWARDS ARROW}"
-_TEXT_COLUMNS = frozenset({"tier", "structure", "profile", "model", "status", "by kind",
-                           "by reason"})
+_TEXT_COLUMNS = frozenset(
+    {"tier", "structure", "profile", "model", "status", "by kind", "by reason"}
+)
 
 
 def parse_target(ctx: click.Context, param: click.Parameter, value: str) -> Target:
@@ -63,8 +75,12 @@ def parse_target(ctx: click.Context, param: click.Parameter, value: str) -> Targ
 @click.command()
 @click.argument("target", metavar="RUN_OR_LADDER", callback=parse_target)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write a self-contained HTML report (charts, gallery) to PATH.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a self-contained HTML report (charts, gallery) to PATH.",
+)
 @click.pass_obj
 def report(settings: Settings, target: Target, as_json: bool, html_path: Path | None) -> None:
     """Cost, errors, memory, tokens and outcomes of a run (12) or a ladder (L3)."""
@@ -140,58 +156,127 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
     """The figures as rich tables: runs, dollars by outcome, tokens, errors, memory."""
     runs = runs_of(figures)
     if isinstance(figures, LadderFigures):
-        title = (f"ladder L{figures.ladder_id}  {figures.status}  (model {figures.model}, "
-                 f"tiers {', '.join(figures.tiers)}, profiles {', '.join(figures.profiles)})")
+        title = (
+            f"ladder L{figures.ladder_id}  {figures.status}  (model {figures.model}, "
+            f"tiers {', '.join(figures.tiers)}, profiles {', '.join(figures.profiles)})"
+        )
     else:
-        title = (f"run {figures.run_id}  {figures.status}  ({figures.structure}, model "
-                 f"{figures.model}, profile {figures.profile})")
+        title = (
+            f"run {figures.run_id}  {figures.status}  ({figures.structure}, model "
+            f"{figures.model}, profile {figures.profile})"
+        )
     spent = [o for o in OUTCOMES if any(r.dollars_by_outcome[o] for r in runs)]
-    parts: list[Table | Text] = [Text(title, style="bold"), _table("runs", runs, {
-        "run": lambda r: str(r.run_id), "tier": lambda r: r.tier,
-        "structure": lambda r: r.structure, "profile": lambda r: r.profile,
-        "model": lambda r: r.model, "status": lambda r: r.status,
-        "elapsed": lambda r: duration(r.elapsed_s)})]
-    parts.append(_table("cost and turns", runs, {
-        "run": lambda r: str(r.run_id), "cost": lambda r: usd(r.cost_usd),
-        "verified": lambda r: f"{r.verified}/{r.sessions}",
-        "$/verified": lambda r: usd(r.cost_per_verified_usd), "turns": lambda r: str(r.turns),
-        "median/session": lambda r: _num(r.turns_per_session_median),
-        "retries": lambda r: str(r.retries)}))
+    parts: list[Table | Text] = [
+        Text(title, style="bold"),
+        _table(
+            "runs",
+            runs,
+            {
+                "run": lambda r: str(r.run_id),
+                "tier": lambda r: r.tier,
+                "structure": lambda r: r.structure,
+                "profile": lambda r: r.profile,
+                "model": lambda r: r.model,
+                "status": lambda r: r.status,
+                "elapsed": lambda r: duration(r.elapsed_s),
+            },
+        ),
+    ]
+    parts.append(
+        _table(
+            "cost and turns",
+            runs,
+            {
+                "run": lambda r: str(r.run_id),
+                "cost": lambda r: usd(r.cost_usd),
+                "verified": lambda r: f"{r.verified}/{r.sessions}",
+                "$/verified": lambda r: usd(r.cost_per_verified_usd),
+                "turns": lambda r: str(r.turns),
+                "median/session": lambda r: _num(r.turns_per_session_median),
+                "retries": lambda r: str(r.retries),
+            },
+        )
+    )
     if isinstance(figures, LadderFigures) and figures.comparison_total is not None:
         parts.append(_comparison_table(figures))
-    parts.append(_table("dollars by how sessions ended", runs, {
-        "run": lambda r: str(r.run_id), **{_OUTCOME_HEADERS[o]: _dollars(o) for o in spent},
-        "total": lambda r: usd(r.cost_usd)}, caption="endings that cost nothing are left out"))
-    parts.append(_table("tokens", runs, {
-        "run": lambda r: str(r.run_id), "prompt": lambda r: f"{r.tokens.prompt:,}",
-        "cached": lambda r: f"{r.tokens.cached:,}",
-        "cache share": lambda r: pct(r.tokens.cache_share),
-        "output": lambda r: f"{r.tokens.output:,}",
-        "thoughts": lambda r: f"{r.tokens.thoughts:,}",
-        "tool use": lambda r: f"{r.tokens.tool_use:,}"}))
-    parts.append(_table("tool errors and nudges", runs, {
-        "run": lambda r: str(r.run_id), "tool errors": lambda r: str(r.tool_errors.total),
-        "by kind": lambda r: _kinds(r.tool_errors.by_kind.items()),
-        "nudges": lambda r: str(r.nudges.total),
-        "by reason": lambda r: _kinds(r.nudges.by_reason.items())}))
-    parts.append(_table("memory", runs, {
-        "run": lambda r: str(r.run_id),
-        "peak RSS (sessions)": lambda r: mib(r.memory.sessions_peak_rss_bytes),
-        "idle": lambda r: _idle(r, mib(r.memory.idle_rss_bytes), "none"),
-        "per session": lambda r: _idle(r, mib(r.memory.rss_per_session_bytes), "unknown"),
-        "browser peak": lambda r: mib(r.memory.browser_peak_rss_bytes),
-        "samples": lambda r: str(r.memory.samples)},
-        caption="per session = (peak - median idle RSS of that process) / sessions per wave"
-        + ("; unknown: that process has no idle samples" if any(
-            _no_idle(r) for r in runs) else "")))
+    parts.append(
+        _table(
+            "dollars by how sessions ended",
+            runs,
+            {
+                "run": lambda r: str(r.run_id),
+                **{_OUTCOME_HEADERS[o]: _dollars(o) for o in spent},
+                "total": lambda r: usd(r.cost_usd),
+            },
+            caption="endings that cost nothing are left out",
+        )
+    )
+    parts.append(
+        _table(
+            "tokens",
+            runs,
+            {
+                "run": lambda r: str(r.run_id),
+                "prompt": lambda r: f"{r.tokens.prompt:,}",
+                "cached": lambda r: f"{r.tokens.cached:,}",
+                "cache share": lambda r: pct(r.tokens.cache_share),
+                "output": lambda r: f"{r.tokens.output:,}",
+                "thoughts": lambda r: f"{r.tokens.thoughts:,}",
+                "tool use": lambda r: f"{r.tokens.tool_use:,}",
+            },
+        )
+    )
+    parts.append(
+        _table(
+            "tool errors and nudges",
+            runs,
+            {
+                "run": lambda r: str(r.run_id),
+                "tool errors": lambda r: str(r.tool_errors.total),
+                "by kind": lambda r: _kinds(r.tool_errors.by_kind.items()),
+                "nudges": lambda r: str(r.nudges.total),
+                "by reason": lambda r: _kinds(r.nudges.by_reason.items()),
+            },
+        )
+    )
+    parts.append(
+        _table(
+            "memory",
+            runs,
+            {
+                "run": lambda r: str(r.run_id),
+                "peak RSS (sessions)": lambda r: mib(r.memory.sessions_peak_rss_bytes),
+                "idle": lambda r: _idle(r, mib(r.memory.idle_rss_bytes), "none"),
+                "per session": lambda r: _idle(r, mib(r.memory.rss_per_session_bytes), "unknown"),
+                "browser peak": lambda r: mib(r.memory.browser_peak_rss_bytes),
+                "samples": lambda r: str(r.memory.samples),
+            },
+            caption="per session = (peak - median idle RSS of that process) / sessions per wave"
+            + (
+                "; unknown: that process has no idle samples"
+                if any(_no_idle(r) for r in runs)
+                else ""
+            ),
+        )
+    )
     return Group(*parts)
 
 
-def _table(title: str, runs: list[RunFigures], columns: dict[str, Callable[[RunFigures], str]],
-           caption: str | None = None) -> Table:
+def _table(
+    title: str,
+    runs: list[RunFigures],
+    columns: dict[str, Callable[[RunFigures], str]],
+    caption: str | None = None,
+) -> Table:
     """One row per run, a section line between profiles."""
-    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-                  caption=caption, caption_justify="left")
+    table = Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        caption=caption,
+        caption_justify="left",
+    )
     for name in columns:
         table.add_column(name, justify="left" if name in _TEXT_COLUMNS else "right")
     for i, run in enumerate(runs):
@@ -202,20 +287,35 @@ def _table(title: str, runs: list[RunFigures], columns: dict[str, Callable[[RunF
 
 
 def _comparison_table(ladder: LadderFigures) -> Table:
-    table = Table(title=f"{ladder.baseline} {_ARROW} {ladder.candidate}", title_justify="left",
-                  title_style="bold", box=box.SIMPLE_HEAD)
+    table = Table(
+        title=f"{ladder.baseline} {_ARROW} {ladder.candidate}",
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+    )
     # No structure column: the runs table has it, and this one must fit 80 columns.
-    for name in ("tier", str(ladder.baseline), str(ladder.candidate), "cost delta",
-                 "tool errors", "nudges"):
+    for name in (
+        "tier",
+        str(ladder.baseline),
+        str(ladder.candidate),
+        "cost delta",
+        "tool errors",
+        "nudges",
+    ):
         table.add_column(name, justify="left" if name == "tier" else "right", no_wrap=True)
     for c in [*ladder.comparison, ladder.comparison_total]:
         if c is None:
             continue
         if c is ladder.comparison_total:
             table.add_section()
-        table.add_row(c.tier, usd(c.baseline_cost_usd), usd(c.candidate_cost_usd),
-                      delta(c), arrow(c.baseline_tool_errors, c.candidate_tool_errors),
-                      arrow(c.baseline_nudges, c.candidate_nudges))
+        table.add_row(
+            c.tier,
+            usd(c.baseline_cost_usd),
+            usd(c.candidate_cost_usd),
+            delta(c),
+            arrow(c.baseline_tool_errors, c.candidate_tool_errors),
+            arrow(c.baseline_nudges, c.candidate_nudges),
+        )
     return table
 
 

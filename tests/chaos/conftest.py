@@ -96,9 +96,22 @@ def enqueue() -> Callable[..., int]:
     """``enqueue(database_url, broker_url, *args)``: create a sim run through the CLI."""
 
     def run(database_url: str, broker_url: str, *args: str) -> int:
-        result = CliRunner().invoke(cli, [
-            "--database-url", database_url, "--broker-url", broker_url,
-            "enqueue", "--model", "sim", "--seed", "11", *args], catch_exceptions=False)
+        result = CliRunner().invoke(
+            cli,
+            [
+                "--database-url",
+                database_url,
+                "--broker-url",
+                broker_url,
+                "enqueue",
+                "--model",
+                "sim",
+                "--seed",
+                "11",
+                *args,
+            ],
+            catch_exceptions=False,
+        )
         assert result.exit_code == 0, result.output
         return int(result.output.split()[1].rstrip(":"))
 

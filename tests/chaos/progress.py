@@ -22,18 +22,26 @@ POLL_S = 0.1
 def turns_committed(engine: Engine, run_id: int) -> int:
     """Usage rows of the run: one per committed turn."""
     with engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(usage)
-                                .where(usage.c.run_id == run_id)).scalar_one())
+        return int(
+            conn.execute(
+                select(func.count()).select_from(usage).where(usage.c.run_id == run_id)
+            ).scalar_one()
+        )
 
 
 def turns_in_flight(engine: Engine, run_id: int) -> int:
     """Running sessions whose turn is claimed by a live lease right now."""
     s = sessions
     with engine.connect() as conn:
-        return int(conn.execute(select(func.count()).where(
-            s.c.run_id == run_id, s.c.status == "running",
-            and_(s.c.lease_owner.is_not(None), s.c.lease_expires_at > func.now()))
-        ).scalar_one())
+        return int(
+            conn.execute(
+                select(func.count()).where(
+                    s.c.run_id == run_id,
+                    s.c.status == "running",
+                    and_(s.c.lease_owner.is_not(None), s.c.lease_expires_at > func.now()),
+                )
+            ).scalar_one()
+        )
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
@@ -49,8 +57,9 @@ def wait_until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
         time.sleep(POLL_S)
 
 
-def wait_for_run(engine: Engine, run_id: int, timeout_s: float,
-                 tick: Callable[[], None] | None = None) -> str:
+def wait_for_run(
+    engine: Engine, run_id: int, timeout_s: float, tick: Callable[[], None] | None = None
+) -> str:
     """Wait until the run is over (finished, or cancelled with nothing in flight).
 
     Database errors count as "not yet": the database may be restarting. ``tick`` runs on
@@ -66,8 +75,9 @@ def wait_for_run(engine: Engine, run_id: int, timeout_s: float,
             tick()
         try:
             with engine.connect() as conn:
-                row = conn.execute(select(runs.c.status, runs.c.finished_at)
-                                   .where(runs.c.id == run_id)).one()
+                row = conn.execute(
+                    select(runs.c.status, runs.c.finished_at).where(runs.c.id == run_id)
+                ).one()
         except OperationalError:
             return False
         status[:] = [row.status]

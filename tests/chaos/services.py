@@ -51,10 +51,26 @@ class PrivateRedis:
     def start(self) -> PrivateRedis:
         """Start the server and wait until it answers PING."""
         self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port),
-             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir), "--daemonize", "no", "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--daemonize",
+                "no",
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             try:
@@ -67,8 +83,9 @@ class PrivateRedis:
 
     def client(self) -> redis.Redis:
         """A fresh client (not pooled across a restart)."""
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5,
-                           socket_connect_timeout=1)
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, socket_timeout=5, socket_connect_timeout=1
+        )
 
     def server_run_id(self) -> str:
         """``INFO server`` ``run_id``: a new value on every start of the server."""
@@ -119,20 +136,37 @@ class PrivateCluster:
         os.chown(self.root, user.pw_uid, user.pw_gid)
 
     def _as_postgres(self, *args: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
 
     def _pg_ctl(self, *args: str) -> None:
         self._as_postgres(_pg_bin("pg_ctl"), "-D", str(self.data), "-w", "-t", "60", *args)
 
     def init(self) -> PrivateCluster:
         """``initdb`` (trust authentication, superuser ``postgres``) and start."""
-        self._as_postgres(_pg_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U",
-                          "postgres", "-E", "UTF8", "--no-sync")
+        self._as_postgres(
+            _pg_bin("initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
         # Durability is not under test here and fsync only slows a busy machine down;
         # a fast shutdown still checkpoints, so nothing committed is lost on restart.
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-                   "-c fsync=off -c max_connections=100")
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c max_connections=100"
+        )
         self._pg_ctl("-l", str(self.logfile), "-o", options, "start")
         return self
 
@@ -157,8 +191,9 @@ class PrivateCluster:
         """Pids of the client backends connected to ``database``, this one excluded."""
         with psycopg.connect(self.url(), connect_timeout=5) as conn:
             rows = conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = %s "
-                "AND pid <> pg_backend_pid()", (database,)).fetchall()
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            ).fetchall()
         return {int(r[0]) for r in rows}
 
     def restart(self) -> None:

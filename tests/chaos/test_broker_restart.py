@@ -46,14 +46,21 @@ SURVIVE_S = 8.0
 
 
 def _redispatches(workers: list[WorkerProcess], marks: list[int]) -> int:
-    return sum("reconciler re-dispatching" in line
-               for w, mark in zip(workers, marks, strict=True) for line in w.log[mark:])
+    return sum(
+        "reconciler re-dispatching" in line
+        for w, mark in zip(workers, marks, strict=True)
+        for line in w.log[mark:]
+    )
 
 
 def test_run_completes_after_the_broker_loses_every_message(
-        settings: Settings, engine: Engine, enqueue: Callable[..., int],
-        private_redis: PrivateRedis, start_worker: Callable[..., WorkerProcess],
-        chaos_report: Callable[..., None]) -> None:
+    settings: Settings,
+    engine: Engine,
+    enqueue: Callable[..., int],
+    private_redis: PrivateRedis,
+    start_worker: Callable[..., WorkerProcess],
+    chaos_report: Callable[..., None],
+) -> None:
     # Given two supervised workers on a Redis of this test's own, and a 3x10 run under way
     broker = private_redis.url(0)
 
@@ -62,8 +69,9 @@ def test_run_completes_after_the_broker_loses_every_message(
 
     workers = [start(), start()]
     run_id = enqueue(settings.database_url, broker, "--wave", "3x10", "--sim-latency-ms", "300")
-    wait_until("15 committed turns", lambda: turns_committed(engine, run_id) >= 15,
-               UNDER_WAY_TIMEOUT_S)
+    wait_until(
+        "15 committed turns", lambda: turns_committed(engine, run_id) >= 15, UNDER_WAY_TIMEOUT_S
+    )
     turns_before, in_flight = turns_committed(engine, run_id), turns_in_flight(engine, run_id)
     # kombu keeps the messages workers hold, unacknowledged, in the "unacked" hash
     held_before = private_redis.client().hlen("unacked")
@@ -88,14 +96,18 @@ def test_run_completes_after_the_broker_loses_every_message(
     figures = check_run(engine, run_id)
     redispatched = _redispatches(workers, marks)
     unrecoverable = sum("Unrecoverable error" in line for w in dead for line in w.log)
-    chaos_report(figures, redis_restarts=private_redis.restarts,
-                 redis_run_id=f"{redis_before[:8]}->{redis_after[:8]}",
-                 messages_held_before=held_before,
-                 turns_before=turns_before, in_flight_at_restart=in_flight,
-                 worker_exits=exits, unrecoverable_errors=unrecoverable,
-                 reconciler_redispatch_passes=redispatched)
+    chaos_report(
+        figures,
+        redis_restarts=private_redis.restarts,
+        redis_run_id=f"{redis_before[:8]}->{redis_after[:8]}",
+        messages_held_before=held_before,
+        turns_before=turns_before,
+        in_flight_at_restart=in_flight,
+        worker_exits=exits,
+        unrecoverable_errors=unrecoverable,
+        reconciler_redispatch_passes=redispatched,
+    )
     assert redis_after != redis_before and held_before >= 1
     assert redispatched >= 1
     assert figures.clean, figures
     assert figures.status_count("succeeded") == 30
-

@@ -28,31 +28,53 @@ WAVE_SIZE = 10
 
 
 def test_a_small_budget_stops_the_run_at_the_budget(
-        settings: Settings, engine: Engine, enqueue: Callable[..., int],
-        start_worker: Callable[..., WorkerProcess], chaos_report: Callable[..., None]) -> None:
+    settings: Settings,
+    engine: Engine,
+    enqueue: Callable[..., int],
+    start_worker: Callable[..., WorkerProcess],
+    chaos_report: Callable[..., None],
+) -> None:
     # Given a 3x10 run of mostly explorers (who loop) with a budget of a few turns each
     start_worker(concurrency=WAVE_SIZE)
-    run_id = enqueue(settings.database_url, settings.broker_url, "--wave", f"3x{WAVE_SIZE}",
-                     "--sim-latency-ms", "100", "--sim-mix", "explorer=3,diligent=1",
-                     "--budget-usd", str(BUDGET_USD))
+    run_id = enqueue(
+        settings.database_url,
+        settings.broker_url,
+        "--wave",
+        f"3x{WAVE_SIZE}",
+        "--sim-latency-ms",
+        "100",
+        "--sim-mix",
+        "explorer=3,diligent=1",
+        "--budget-usd",
+        str(BUDGET_USD),
+    )
     # When it runs to its end
     until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then it spent the budget and no more than the turns in flight when it was reached,
     # every session ended stopped or succeeded, and the stop is recorded on the run
     figures = check_run(engine, run_id)
     with engine.connect() as conn:
-        max_turn_usd = conn.execute(select(func.max(usage.c.cost_usd))
-                                    .where(usage.c.run_id == run_id)).scalar_one()
-        reason = conn.execute(select(runs.c.stop_reason).where(runs.c.id == run_id)
-                              ).scalar_one()
-        outcomes: dict[str | None, int] = dict(conn.execute(select(sessions.c.outcome, func.count())
-                                     .where(sessions.c.run_id == run_id)
-                                     .group_by(sessions.c.outcome)).all())
+        max_turn_usd = conn.execute(
+            select(func.max(usage.c.cost_usd)).where(usage.c.run_id == run_id)
+        ).scalar_one()
+        reason = conn.execute(select(runs.c.stop_reason).where(runs.c.id == run_id)).scalar_one()
+        outcomes: dict[str | None, int] = dict(
+            conn.execute(
+                select(sessions.c.outcome, func.count())
+                .where(sessions.c.run_id == run_id)
+                .group_by(sessions.c.outcome)
+            ).all()
+        )
     allowance = WAVE_SIZE * max_turn_usd
-    chaos_report(figures, budget_usd=BUDGET_USD, spent_usd=f"{figures.cost_usd:.4f}",
-                 overshoot_usd=f"{figures.cost_usd - BUDGET_USD:.4f}",
-                 in_flight_allowance_usd=f"{allowance:.4f}", outcomes=outcomes,
-                 stop_reason=reason)
+    chaos_report(
+        figures,
+        budget_usd=BUDGET_USD,
+        spent_usd=f"{figures.cost_usd:.4f}",
+        overshoot_usd=f"{figures.cost_usd - BUDGET_USD:.4f}",
+        in_flight_allowance_usd=f"{allowance:.4f}",
+        outcomes=outcomes,
+        stop_reason=reason,
+    )
     assert BUDGET_USD - max_turn_usd <= figures.cost_usd <= BUDGET_USD + allowance
     assert figures.clean, figures
     assert figures.status_count("stopped") + figures.status_count("succeeded") == 3 * WAVE_SIZE

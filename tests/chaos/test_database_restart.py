@@ -40,18 +40,25 @@ def private_engine(private_pg: tuple[PrivateCluster, str]) -> Iterator[Engine]:
 
 
 def test_run_completes_across_a_database_restart(
-        settings: Settings, private_pg: tuple[PrivateCluster, str], private_engine: Engine,
-        enqueue: Callable[..., int], start_worker: Callable[..., WorkerProcess],
-        chaos_report: Callable[..., None]) -> None:
+    settings: Settings,
+    private_pg: tuple[PrivateCluster, str],
+    private_engine: Engine,
+    enqueue: Callable[..., int],
+    start_worker: Callable[..., WorkerProcess],
+    chaos_report: Callable[..., None],
+) -> None:
     # Given two workers on a PostgreSQL cluster of this test's own, and a 3x10 run under way
     cluster, url = private_pg
-    workers = [start_worker(concurrency=10, SWARM_DATABASE_URL=url, **FAST_RECOVERY_ENV)
-               for _ in range(2)]
+    workers = [
+        start_worker(concurrency=10, SWARM_DATABASE_URL=url, **FAST_RECOVERY_ENV) for _ in range(2)
+    ]
     run_id = enqueue(url, settings.broker_url, "--wave", "3x10", "--sim-latency-ms", "300")
     engine = private_engine
-    wait_until("15 committed turns and turns in flight",
-               lambda: turns_committed(engine, run_id) >= 15 and
-               turns_in_flight(engine, run_id) >= 2, UNDER_WAY_TIMEOUT_S)
+    wait_until(
+        "15 committed turns and turns in flight",
+        lambda: turns_committed(engine, run_id) >= 15 and turns_in_flight(engine, run_id) >= 2,
+        UNDER_WAY_TIMEOUT_S,
+    )
     in_flight = turns_in_flight(engine, run_id)
     started_before = cluster.started_at()
     backends_before = cluster.backend_pids("swarm_chaos")
@@ -59,20 +66,30 @@ def test_run_completes_across_a_database_restart(
     # When the cluster restarts with a fast shutdown (open transactions rolled back)
     cluster.restart()
     started_after = cluster.started_at()
-    wait_until("the workers' reconnection",
-               lambda: bool(cluster.backend_pids("swarm_chaos") - backends_before),
-               UNDER_WAY_TIMEOUT_S)
+    wait_until(
+        "the workers' reconnection",
+        lambda: bool(cluster.backend_pids("swarm_chaos") - backends_before),
+        UNDER_WAY_TIMEOUT_S,
+    )
     backends_after = cluster.backend_pids("swarm_chaos")
     wait_for_run(engine, run_id, RUN_TIMEOUT_S)
     # Then the workers reconnected, no turn is visible in part, and the run completed whole
     figures = check_run(engine, run_id)
-    failed_tasks = sum("raised unexpected" in line for w, mark in zip(workers, marks, strict=True)
-                       for line in w.log[mark:])
-    chaos_report(figures, pg_restarts=cluster.restarts,
-                 postmaster_start=f"{started_before:%H:%M:%S.%f}->{started_after:%H:%M:%S.%f}",
-                 backends_before=len(backends_before), backends_after=len(backends_after),
-                 shared_backends=len(backends_before & backends_after),
-                 in_flight_at_restart=in_flight, tasks_failed_by_restart=failed_tasks)
+    failed_tasks = sum(
+        "raised unexpected" in line
+        for w, mark in zip(workers, marks, strict=True)
+        for line in w.log[mark:]
+    )
+    chaos_report(
+        figures,
+        pg_restarts=cluster.restarts,
+        postmaster_start=f"{started_before:%H:%M:%S.%f}->{started_after:%H:%M:%S.%f}",
+        backends_before=len(backends_before),
+        backends_after=len(backends_after),
+        shared_backends=len(backends_before & backends_after),
+        in_flight_at_restart=in_flight,
+        tasks_failed_by_restart=failed_tasks,
+    )
     assert started_after > started_before
     assert backends_before and not backends_before & backends_after
     assert figures.partial_turns == 0 and figures.orphan_usage == 0

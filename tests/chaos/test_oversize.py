@@ -65,27 +65,49 @@ def traced() -> Iterator[list[int]]:
 @pytest.mark.parametrize("action", ["create", "region_edit"])
 @pytest.mark.parametrize("kind", sorted(CHARS))
 def test_the_tool_refuses_oversize_content_without_copying_it(
-        runtime: Runtime, kind: str, action: str, chaos_report: Callable[..., None]) -> None:
+    runtime: Runtime, kind: str, action: str, chaos_report: Callable[..., None]
+) -> None:
     # Given a session with a page, and a 20 MB call to create a page or replace a region
     _, (sid,) = make_run(runtime.engine)
-    run_script(runtime, sid, [model_turn(call("manage_artifact", action="create",
-                                              name="dashboard.html", content=page()))])
+    run_script(
+        runtime,
+        sid,
+        [
+            model_turn(
+                call("manage_artifact", action="create", name="dashboard.html", content=page())
+            )
+        ],
+    )
     content = _content(CHARS[kind])
-    args = ({"action": "create", "name": "big.html", "content": content}
-            if action == "create" else {"action": "edit", "name": "dashboard.html",
-                                        "region_id": "gauges", "expected_version": 1,
-                                        "content": content})
+    args = (
+        {"action": "create", "name": "big.html", "content": content}
+        if action == "create"
+        else {
+            "action": "edit",
+            "name": "dashboard.html",
+            "region_id": "gauges",
+            "expected_version": 1,
+            "content": content,
+        }
+    )
     # When the tool handles it inside a real transaction
     with runtime.engine.begin() as conn, traced() as peak:
-        ctx = ToolContext(conn=conn, session_id=sid, turn_no=1,
-                          profile=get_profile("candidate"), now=utcnow())
+        ctx = ToolContext(
+            conn=conn, session_id=sid, turn_no=1, profile=get_profile("candidate"), now=utcnow()
+        )
         with pytest.raises(ToolError) as refused:
             run_tool(FunctionCall("manage_artifact", args), ctx)
     # Then it is refused as too large, with its exact size, having copied next to nothing
     share = peak[0] / CONTENT_BYTES
-    chaos_report(None, content_mb=CONTENT_BYTES / 2**20, chars=kind, action=action,
-                 answer=refused.value.kind, extra_peak_mb=f"{peak[0] / 2**20:.3f}",
-                 extra_share=f"{share:.3f}")
+    chaos_report(
+        None,
+        content_mb=CONTENT_BYTES / 2**20,
+        chars=kind,
+        action=action,
+        answer=refused.value.kind,
+        extra_peak_mb=f"{peak[0] / 2**20:.3f}",
+        extra_share=f"{share:.3f}",
+    )
     assert refused.value.kind == "too_large"
     assert refused.value.data["size_bytes"] == CONTENT_BYTES
     assert share < EXTRA_SHARE
@@ -93,25 +115,41 @@ def test_the_tool_refuses_oversize_content_without_copying_it(
 
 @pytest.mark.parametrize("kind", ["ascii", "latin1"])
 def test_a_turn_refuses_oversize_content_without_copying_it(
-        runtime: Runtime, kind: str, chaos_report: Callable[..., None]) -> None:
+    runtime: Runtime, kind: str, chaos_report: Callable[..., None]
+) -> None:
     # Given a session whose model sends a 20 MB page
     run_id, (sid,) = make_run(runtime.engine)
-    oversize = model_turn(call("manage_artifact", action="create", name="big.html",
-                               content=_content(CHARS[kind])))
+    oversize = model_turn(
+        call("manage_artifact", action="create", name="big.html", content=_content(CHARS[kind]))
+    )
     # When a whole turn handles the call
     with traced() as peak:
-        outcome = run_turn(rt=runtime, session_id=sid, turn_no=0,
-                           model=ScriptedModel([oversize])).value
+        outcome = run_turn(
+            rt=runtime, session_id=sid, turn_no=0, model=ScriptedModel([oversize])
+        ).value
     # Then the turn commits, the call is answered too_large, nothing was written
     with runtime.engine.connect() as conn:
-        answers = conn.execute(select(events.c.payload["kind"].as_string()).where(
-            events.c.session_id == sid, events.c.kind == "tool_error")).scalars().all()
-        versions = conn.execute(select(func.count()).select_from(artifact_versions)
-                                ).scalar_one()
+        answers = (
+            conn.execute(
+                select(events.c.payload["kind"].as_string()).where(
+                    events.c.session_id == sid, events.c.kind == "tool_error"
+                )
+            )
+            .scalars()
+            .all()
+        )
+        versions = conn.execute(select(func.count()).select_from(artifact_versions)).scalar_one()
     share = peak[0] / CONTENT_BYTES
-    chaos_report(None, run=run_id, content_mb=CONTENT_BYTES / 2**20,
-                 chars=kind, outcome=outcome, answers=answers,
-                 extra_peak_mb=f"{peak[0] / 2**20:.1f}", extra_share=f"{share:.2f}")
+    chaos_report(
+        None,
+        run=run_id,
+        content_mb=CONTENT_BYTES / 2**20,
+        chars=kind,
+        outcome=outcome,
+        answers=answers,
+        extra_peak_mb=f"{peak[0] / 2**20:.1f}",
+        extra_share=f"{share:.2f}",
+    )
     assert (outcome, answers, versions) == ("committed", ["too_large"], 0)
     # and the turn, too, made no second copy of the content
     assert share < EXTRA_SHARE

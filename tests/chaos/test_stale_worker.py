@@ -67,8 +67,9 @@ class WriteCounter:
 
     @property
     def rows_written(self) -> int:
-        return sum(max(n, 0) for verb, n in self.statements
-                   if verb in ("INSERT", "UPDATE", "DELETE"))
+        return sum(
+            max(n, 0) for verb, n in self.statements if verb in ("INSERT", "UPDATE", "DELETE")
+        )
 
 
 @dataclass
@@ -83,8 +84,9 @@ class StaleWorker:
 
     def start(self, session_id: int, turn_no: int) -> None:
         def run() -> None:
-            self.outcome.append(run_turn(rt=self.rt, session_id=session_id, turn_no=turn_no,
-                                         model=self.model).value)
+            self.outcome.append(
+                run_turn(rt=self.rt, session_id=session_id, turn_no=turn_no, model=self.model).value
+            )
 
         self.thread = threading.Thread(target=run, name="stale-worker")
         self.thread.start()
@@ -105,13 +107,19 @@ def stale_worker(settings: Settings) -> Iterator[Callable[[ModelTurn], StaleWork
     made: list[StaleWorker] = []
 
     def make(turn: ModelTurn) -> StaleWorker:
-        short = settings.model_copy(update={"lease_ttl_s": STALE_LEASE_TTL_S,
-                                            "gemini_timeout_s": 0.5, "limiter_wait_s": 0.2})
+        short = settings.model_copy(
+            update={
+                "lease_ttl_s": STALE_LEASE_TTL_S,
+                "gemini_timeout_s": 0.5,
+                "limiter_wait_s": 0.2,
+            }
+        )
         engine = make_engine(short)
         counter = WriteCounter()
         event.listen(engine, "after_cursor_execute", counter)
-        rt = Runtime(settings=short, engine=engine, dispatcher=RecordingDispatcher(),
-                     owner="stale-worker")
+        rt = Runtime(
+            settings=short, engine=engine, dispatcher=RecordingDispatcher(), owner="stale-worker"
+        )
         made.append(StaleWorker(rt, BlockingModel(turn), counter))
         return made[-1]
 
@@ -130,45 +138,83 @@ def fingerprint(engine: Engine) -> dict[str, tuple[int, str]]:
         for table in metadata.sorted_tables:
             if table.name in UNRELATED:
                 continue
-            count, digest = conn.execute(text(
-                f"SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') "
-                f"FROM {table.name} t")).one()
+            count, digest = conn.execute(
+                text(
+                    "SELECT count(*), "
+                    "coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') "
+                    f"FROM {table.name} t"
+                )
+            ).one()
             out[table.name] = (int(count), str(digest))
     return out
 
 
 def _lease(engine: Engine, session_id: int) -> Any:
     with engine.connect() as conn:
-        return conn.execute(select(
-            sessions.c.lease_owner, sessions.c.lease_epoch, sessions.c.next_turn,
-            sessions.c.status, (sessions.c.lease_expires_at < text("now()")).label("expired"))
-            .where(sessions.c.id == session_id)).one()
+        return conn.execute(
+            select(
+                sessions.c.lease_owner,
+                sessions.c.lease_epoch,
+                sessions.c.next_turn,
+                sessions.c.status,
+                (sessions.c.lease_expires_at < text("now()")).label("expired"),
+            ).where(sessions.c.id == session_id)
+        ).one()
 
 
 def test_a_stale_runtime_commits_nothing_after_another_committed(
-        runtime: Runtime, stale_worker: Callable[[ModelTurn], StaleWorker],
-        chaos_report: Callable[..., None]) -> None:
+    runtime: Runtime,
+    stale_worker: Callable[[ModelTurn], StaleWorker],
+    chaos_report: Callable[..., None],
+) -> None:
     # Given a session at turn 1 with an artifact and a plan, and a stale worker A blocked
     # in the model call of turn 1, about to edit the artifact and replace the plan
     run_id, (sid,) = make_run(runtime.engine, max_turns=2)
-    first = ScriptedModel([model_turn(
-        call("manage_artifact", action="create", name="dashboard.html", content=page("v1")),
-        call("plan_manage", action="set", items=["draw", "check"]))])
+    first = ScriptedModel(
+        [
+            model_turn(
+                call("manage_artifact", action="create", name="dashboard.html", content=page("v1")),
+                call("plan_manage", action="set", items=["draw", "check"]),
+            )
+        ]
+    )
     assert run_turn(rt=runtime, session_id=sid, turn_no=0, model=first).value == "committed"
-    a = stale_worker(model_turn(
-        call("manage_artifact", action="edit", name="dashboard.html", content=page("from A"),
-             expected_version=1),
-        call("plan_manage", action="set", items=["from A"])))
+    a = stale_worker(
+        model_turn(
+            call(
+                "manage_artifact",
+                action="edit",
+                name="dashboard.html",
+                content=page("from A"),
+                expected_version=1,
+            ),
+            call("plan_manage", action="set", items=["from A"]),
+        )
+    )
     a.start(sid, 1)
     held = _lease(runtime.engine, sid)
     # When its lease runs out, worker B (its own runtime and engine) commits turn 1
-    wait_until("the stale lease's expiry", lambda: bool(_lease(runtime.engine, sid).expired),
-               TAKEOVER_TIMEOUT_S)
+    wait_until(
+        "the stale lease's expiry",
+        lambda: bool(_lease(runtime.engine, sid).expired),
+        TAKEOVER_TIMEOUT_S,
+    )
     b_engine = make_engine(runtime.settings)
-    rt_b = Runtime(settings=runtime.settings, engine=b_engine, dispatcher=RecordingDispatcher(),
-                   owner="fresh-worker")
-    b_turn = model_turn(call("manage_artifact", action="edit", name="dashboard.html",
-                             content=page("from B"), expected_version=1))
+    rt_b = Runtime(
+        settings=runtime.settings,
+        engine=b_engine,
+        dispatcher=RecordingDispatcher(),
+        owner="fresh-worker",
+    )
+    b_turn = model_turn(
+        call(
+            "manage_artifact",
+            action="edit",
+            name="dashboard.html",
+            content=page("from B"),
+            expected_version=1,
+        )
+    )
     b_outcome = run_turn(rt=rt_b, session_id=sid, turn_no=1, model=ScriptedModel([b_turn]))
     taken = _lease(runtime.engine, sid)
     before = fingerprint(runtime.engine)
@@ -180,10 +226,15 @@ def test_a_stale_runtime_commits_nothing_after_another_committed(
     b_engine.dispose()
     figures = check_run(runtime.engine, run_id)
     changed = sorted(t for t in before if before[t] != after[t])
-    chaos_report(figures, stale_outcome=a_outcome, fresh_outcome=b_outcome.value,
-                 epochs=f"{held.lease_epoch}->{taken.lease_epoch}",
-                 stale_statements=len(a.counter.statements),
-                 stale_rows_written=a.counter.rows_written, tables_changed=changed)
+    chaos_report(
+        figures,
+        stale_outcome=a_outcome,
+        fresh_outcome=b_outcome.value,
+        epochs=f"{held.lease_epoch}->{taken.lease_epoch}",
+        stale_statements=len(a.counter.statements),
+        stale_rows_written=a.counter.rows_written,
+        tables_changed=changed,
+    )
     assert (held.lease_owner, held.lease_epoch) == ("stale-worker", 2)
     assert (b_outcome.value, a_outcome, ended) == ("committed", "fenced", "ended")
     assert taken.lease_epoch == held.lease_epoch + 1 and taken.next_turn == 2
@@ -195,21 +246,30 @@ def test_a_stale_runtime_commits_nothing_after_another_committed(
 
 
 def test_a_stale_runtime_commits_nothing_after_a_real_worker_took_over(
-        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess],
-        stale_worker: Callable[[ModelTurn], StaleWorker],
-        chaos_report: Callable[..., None]) -> None:
+    settings: Settings,
+    engine: Engine,
+    start_worker: Callable[..., WorkerProcess],
+    stale_worker: Callable[[ModelTurn], StaleWorker],
+    chaos_report: Callable[..., None],
+) -> None:
     # Given a stale worker A (this process) blocked in the model call of turn 0
     run_id, (sid,) = make_run(engine, max_turns=3, sim_latency_ms=20)
-    a = stale_worker(model_turn(
-        call("manage_artifact", action="create", name="dashboard.html", content=page("from A")),
-        call("plan_manage", action="set", items=["from A"])))
+    a = stale_worker(
+        model_turn(
+            call("manage_artifact", action="create", name="dashboard.html", content=page("from A")),
+            call("plan_manage", action="set", items=["from A"]),
+        )
+    )
     a.start(sid, 0)
     held = _lease(engine, sid)
     # When a real worker process's reconciler finds A's lease expired and runs the session
     # (sim model) to its end
     worker = start_worker(concurrency=2, **FAST_RECOVERY_ENV)
-    wait_until("the real worker's takeover", lambda: _lease(engine, sid).status in {
-        s.value for s in TERMINAL}, TAKEOVER_TIMEOUT_S)
+    wait_until(
+        "the real worker's takeover",
+        lambda: _lease(engine, sid).status in {s.value for s in TERMINAL},
+        TAKEOVER_TIMEOUT_S,
+    )
     taken = _lease(engine, sid)
     before = fingerprint(engine)
     # and then A's model call returns and A commits
@@ -219,11 +279,16 @@ def test_a_stale_runtime_commits_nothing_after_a_real_worker_took_over(
     figures = check_run(engine, run_id)
     changed = sorted(t for t in before if before[t] != after[t])
     redispatched = sum("reconciler re-dispatching" in line for line in worker.log)
-    chaos_report(figures, stale_outcome=a_outcome, worker_pid=worker.proc and worker.proc.pid,
-                 epochs=f"{held.lease_epoch}->{taken.lease_epoch}",
-                 reconciler_redispatch_passes=redispatched,
-                 stale_statements=len(a.counter.statements),
-                 stale_rows_written=a.counter.rows_written, tables_changed=changed)
+    chaos_report(
+        figures,
+        stale_outcome=a_outcome,
+        worker_pid=worker.proc and worker.proc.pid,
+        epochs=f"{held.lease_epoch}->{taken.lease_epoch}",
+        reconciler_redispatch_passes=redispatched,
+        stale_statements=len(a.counter.statements),
+        stale_rows_written=a.counter.rows_written,
+        tables_changed=changed,
+    )
     assert held.lease_owner == "stale-worker" and taken.lease_epoch > held.lease_epoch
     assert redispatched >= 1
     assert a_outcome == "fenced"

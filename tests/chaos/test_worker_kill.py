@@ -44,23 +44,33 @@ def _wait_for_kill_window(engine: Engine, run_id: int, owner: str, turns_before:
     while time.monotonic() < deadline:
         with engine.connect() as conn:
             mine, stuck = conn.execute(
-                select(func.count().filter(live), func.count().filter(pending))
-                .where(s.c.run_id == run_id, s.c.status == "running")).one()
-        if mine >= 1 and stuck == 0 and turns_committed(engine, run_id) >= turns_before + \
-                TURNS_BETWEEN_KILLS:
+                select(func.count().filter(live), func.count().filter(pending)).where(
+                    s.c.run_id == run_id, s.c.status == "running"
+                )
+            ).one()
+        if (
+            mine >= 1
+            and stuck == 0
+            and turns_committed(engine, run_id) >= turns_before + TURNS_BETWEEN_KILLS
+        ):
             return int(mine)
         time.sleep(0.05)
     raise TimeoutError("no moment with turns in flight and none pending came")
 
 
 def test_sigkilled_worker_loses_and_duplicates_nothing(
-        settings: Settings, engine: Engine, enqueue: Callable[..., int],
-        start_worker: Callable[..., WorkerProcess], chaos_report: Callable[..., None]) -> None:
+    settings: Settings,
+    engine: Engine,
+    enqueue: Callable[..., int],
+    start_worker: Callable[..., WorkerProcess],
+    chaos_report: Callable[..., None],
+) -> None:
     # Given a 5x10 run on one worker, with model calls slow enough to be caught in flight
     worker = start_worker(concurrency=10, **FAST_RECOVERY_ENV)
     workers = [worker]
-    run_id = enqueue(settings.database_url, settings.broker_url, "--wave", "5x10",
-                     "--sim-latency-ms", "300")
+    run_id = enqueue(
+        settings.database_url, settings.broker_url, "--wave", "5x10", "--sim-latency-ms", "300"
+    )
     host = socket.gethostname()
     pids: list[int] = []
     exit_codes: list[int | None] = []
@@ -69,8 +79,9 @@ def test_sigkilled_worker_loses_and_duplicates_nothing(
     for _ in range(KILLS):
         assert worker.proc is not None
         pid = worker.proc.pid
-        in_flight.append(_wait_for_kill_window(engine, run_id, f"{host}:{pid}",
-                                               turns_committed(engine, run_id)))
+        in_flight.append(
+            _wait_for_kill_window(engine, run_id, f"{host}:{pid}", turns_committed(engine, run_id))
+        )
         exit_codes.append(worker.stop(signal.SIGKILL))
         pids.append(pid)
         worker = start_worker(concurrency=10, **FAST_RECOVERY_ENV)
@@ -81,9 +92,14 @@ def test_sigkilled_worker_loses_and_duplicates_nothing(
     # Then every session ended (all 50 verified), and nothing was lost or written twice
     figures = check_run(engine, run_id)
     redispatched = sum("reconciler re-dispatching" in line for w in workers for line in w.log)
-    chaos_report(figures, sigkills=len(exit_codes), exit_codes=exit_codes,
-                 turns_in_flight_at_kills=in_flight, worker_pids=pids,
-                 reconciler_redispatch_passes=redispatched)
+    chaos_report(
+        figures,
+        sigkills=len(exit_codes),
+        exit_codes=exit_codes,
+        turns_in_flight_at_kills=in_flight,
+        worker_pids=pids,
+        reconciler_redispatch_passes=redispatched,
+    )
     assert exit_codes == [-signal.SIGKILL] * KILLS
     assert len(set(pids)) == KILLS + 1 and all(n >= 1 for n in in_flight)
     assert redispatched >= KILLS

@@ -17,15 +17,22 @@ from tests.conftest import ROOT
 
 COMPOSE = shutil.which("docker-compose")
 pytestmark = pytest.mark.skipif(
-    COMPOSE is None and not os.environ.get("CI"), reason="Debian's docker-compose not installed")
+    COMPOSE is None and not os.environ.get("CI"), reason="Debian's docker-compose not installed"
+)
 
 
 def _config(**env: str) -> subprocess.CompletedProcess[str]:
     assert COMPOSE is not None, "docker-compose is required in CI"
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH")}
-    return subprocess.run([COMPOSE, "-f", str(ROOT / "docker-compose.yml"), "config"],
-                          env={**clean, **env}, capture_output=True, text=True, timeout=60)
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH")
+    }
+    return subprocess.run(
+        [COMPOSE, "-f", str(ROOT / "docker-compose.yml"), "config"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +102,13 @@ def test_every_project_command_exists(config: dict[str, Any]) -> None:
             assert command[:3] == ["celery", "-A", "worker"], command
             sub = command[3]
             help_args = [sub, "--help"] if sub != "inspect" else ["inspect", "ping", "--help"]
-            result_p = subprocess.run([sys.executable, "-m", "celery", "-A", "worker",
-                                       *help_args], cwd=ROOT, capture_output=True, text=True,
-                                      timeout=60)
+            result_p = subprocess.run(
+                [sys.executable, "-m", "celery", "-A", "worker", *help_args],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert result_p.returncode == 0, (command, result_p.stderr[-2000:])
             if sub == "worker":
                 queues = command[command.index("-Q") + 1].split(",")

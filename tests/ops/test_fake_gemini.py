@@ -18,9 +18,12 @@ from worker.agent.prompt import brief_message, make_brief
 
 def _post(url: str, body: Any, *, key: str | None = "k") -> tuple[int, Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method="POST",
-                                     headers={"content-type": "application/json",
-                                              **({"x-goog-api-key": key} if key else {})})
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method="POST",
+        headers={"content-type": "application/json", **({"x-goog-api-key": key} if key else {})},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.loads(response.read())
@@ -33,11 +36,14 @@ def _body(**extra: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta"])
-def test_both_api_versions_answer_in_camel_case(fake_gemini: Callable[..., FakeGemini],
-                                                version: str) -> None:
+def test_both_api_versions_answer_in_camel_case(
+    fake_gemini: Callable[..., FakeGemini], version: str
+) -> None:
     fake = fake_gemini(latency_ms=0)
-    status, out = _post(f"{fake.url}/{version}/models/gemini-3-flash-preview:generateContent",
-                        _body(generation_config={"thinking_config": {"thinking_level": "LOW"}}))
+    status, out = _post(
+        f"{fake.url}/{version}/models/gemini-3-flash-preview:generateContent",
+        _body(generation_config={"thinking_config": {"thinking_level": "LOW"}}),
+    )
     assert status == 200
     assert out["usageMetadata"]["promptTokenCount"] > 0
     assert out["candidates"][0]["finishReason"] == "STOP"
@@ -46,7 +52,8 @@ def test_both_api_versions_answer_in_camel_case(fake_gemini: Callable[..., FakeG
 
 
 def test_requests_without_a_key_or_with_a_bad_body_are_refused(
-        fake_gemini: Callable[..., FakeGemini]) -> None:
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
     fake = fake_gemini(latency_ms=0)
     url = f"{fake.url}/v1beta/models/gemini-3-flash-preview:generateContent"
     assert _post(url, _body(), key=None)[0] == 403

@@ -55,12 +55,24 @@ PAGE_TIMEOUT_MS = 30_000
 VIEWPORT = {"width": 1280, "height": 800}
 #: The verifier's Chromium switches, its dead DNS letting Flower's loopback address through,
 #: so that any request beyond Flower fails here as it would on an offline host.
-BROWSER_ARGS = [*(a for a in CHROMIUM_ARGS if not a.startswith("--host-resolver-rules=")),
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
+BROWSER_ARGS = [
+    *(a for a in CHROMIUM_ARGS if not a.startswith("--host-resolver-rules=")),
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+]
 #: Pages and API endpoints that must ask for credentials (``{worker}``, ``{task}`` filled in).
-PROTECTED_PATHS = ("/", "/workers", "/tasks", "/broker", "/worker/{worker}", "/task/{task}",
-                   "/api/workers", "/api/tasks", "/api/task/types", "/api/queues/length",
-                   "/metrics")
+PROTECTED_PATHS = (
+    "/",
+    "/workers",
+    "/tasks",
+    "/broker",
+    "/worker/{worker}",
+    "/task/{task}",
+    "/api/workers",
+    "/api/tasks",
+    "/api/task/types",
+    "/api/queues/length",
+    "/metrics",
+)
 #: Asks Flower whether the worker is alive, from the events it has seen.
 WORKERS_STATUS = "/api/workers?status=1"
 #: Lists the turn tasks Flower has seen succeed.
@@ -80,8 +92,16 @@ def _flower_env(base: Mapping[str, str], **extra: str) -> dict[str, str]:
 
 
 def _flower_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "worker", "flower",
-            f"--conf={FLOWER_CONF}", *args]
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "worker",
+        "flower",
+        f"--conf={FLOWER_CONF}",
+        *args,
+    ]
 
 
 class FlowerProcess:
@@ -93,8 +113,13 @@ class FlowerProcess:
         self.port: int | None = None
         self._bound = threading.Event()
         self.proc = subprocess.Popen(
-            _flower_command("--port=0"), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True)
+            _flower_command("--port=0"),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         threading.Thread(target=self._pump, daemon=True).start()
         if not self._bound.wait(FLOWER_READY_TIMEOUT_S):
             self.stop()
@@ -138,8 +163,9 @@ def _get(url: str, credentials: tuple[str, str] | None = None) -> Response:
         request.add_header("Authorization", f"Basic {token}")
     try:
         with _OPENER.open(request, timeout=10) as response:
-            return Response(response.status, response.headers,
-                            response.read().decode(errors="replace"))
+            return Response(
+                response.status, response.headers, response.read().decode(errors="replace")
+            )
     except urllib.error.HTTPError as exc:
         with exc:
             return Response(exc.code, exc.headers, exc.read().decode(errors="replace"))
@@ -151,8 +177,7 @@ def _get_json(url: str, credentials: tuple[str, str]) -> Any:
     return json.loads(response.body)
 
 
-def _until(condition: Callable[[], T | None], *, timeout_s: float,
-           what: Callable[[], str]) -> T:
+def _until(condition: Callable[[], T | None], *, timeout_s: float, what: Callable[[], str]) -> T:
     """Poll ``condition`` until it returns something truthy, for at most ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -179,8 +204,6 @@ class Fleet:
         return _get(self.flower.url + path, self.credentials if authenticated else None)
 
 
-
-
 def _worker_name(worker: WorkerProcess) -> str:
     for line in worker.log:
         found = _READY.search(line)
@@ -190,37 +213,44 @@ def _worker_name(worker: WorkerProcess) -> str:
 
 
 @pytest.fixture
-def fleet(settings: Settings, engine: Engine,
-          start_worker: Callable[..., WorkerProcess]) -> Iterator[Fleet]:
+def fleet(
+    settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]
+) -> Iterator[Fleet]:
     """A 1x2 sim run, ended, with a Flower that has seen every one of its turns."""
     canary = f"canary-{secrets.token_hex(12)}"
     credentials = (f"ops-{secrets.token_hex(3)}", secrets.token_hex(16))
     worker = start_worker(GEMINI_API_KEY=canary)
     worker_name = _worker_name(worker)
-    flower = FlowerProcess(_flower_env(service_env(settings),
-                                       FLOWER_BASIC_AUTH=":".join(credentials)))
+    flower = FlowerProcess(
+        _flower_env(service_env(settings), FLOWER_BASIC_AUTH=":".join(credentials))
+    )
     try:
         # Flower subscribes to the events only after it has started listening, and events
         # sent before that are lost; a heartbeat of the worker's shows the subscription.
-        _until(lambda: _get_json(flower.url + WORKERS_STATUS, credentials).get(worker_name),
-               timeout_s=FLOWER_CATCH_UP_TIMEOUT_S,
-               what=lambda: f"Flower saw {worker_name} alive")
+        _until(
+            lambda: _get_json(flower.url + WORKERS_STATUS, credentials).get(worker_name),
+            timeout_s=FLOWER_CATCH_UP_TIMEOUT_S,
+            what=lambda: f"Flower saw {worker_name} alive",
+        )
         run_id = enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "50", seed=11)
         status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
         assert status["sessions"]["succeeded"] == 2, status
         with engine.connect() as conn:
-            rows = conn.execute(select(sessions.c.id, sessions.c.next_turn)
-                                .where(sessions.c.run_id == run_id)).all()
+            rows = conn.execute(
+                select(sessions.c.id, sessions.c.next_turn).where(sessions.c.run_id == run_id)
+            ).all()
         turns: dict[int, int] = {sid: next_turn for sid, next_turn in rows}
-        missing = {f"turn:{sid}:{n}" for sid, next_turn in turns.items()
-                   for n in range(next_turn)}
+        missing = {f"turn:{sid}:{n}" for sid, next_turn in turns.items() for n in range(next_turn)}
 
         def caught_up() -> bool:
             missing.difference_update(_get_json(flower.url + SUCCEEDED_TURNS, credentials))
             return not missing
 
-        _until(caught_up, timeout_s=FLOWER_CATCH_UP_TIMEOUT_S,
-               what=lambda: f"Flower saw every turn succeed; missing {sorted(missing)}")
+        _until(
+            caught_up,
+            timeout_s=FLOWER_CATCH_UP_TIMEOUT_S,
+            what=lambda: f"Flower saw every turn succeed; missing {sorted(missing)}",
+        )
         yield Fleet(flower, credentials, worker_name, frozenset(turns), canary)
     finally:
         flower.stop()
@@ -234,8 +264,14 @@ def test_flower_refuses_to_start_without_basic_auth(basic_auth: str | None) -> N
     if basic_auth is not None:
         env["FLOWER_BASIC_AUTH"] = basic_auth
     # When Flower is started with the project's configuration
-    result = subprocess.run(_flower_command("--port=0"), cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=FLOWER_READY_TIMEOUT_S)
+    result = subprocess.run(
+        _flower_command("--port=0"),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=FLOWER_READY_TIMEOUT_S,
+    )
     # Then it exits at once and says why
     assert result.returncode != 0
     assert "FLOWER_BASIC_AUTH" in result.stderr, result.stderr[-2000:]
@@ -266,14 +302,17 @@ def test_pages_api_and_metrics_need_credentials(fleet: Fleet) -> None:
     assert (health.status, health.body) == (200, "OK")
 
 
-@pytest.mark.skipif(not os.path.exists(DEFAULT_CHROMIUM_PATH) and not os.environ.get("CI"),
-                    reason=f"Debian's Chromium is not installed at {DEFAULT_CHROMIUM_PATH}")
+@pytest.mark.skipif(
+    not os.path.exists(DEFAULT_CHROMIUM_PATH) and not os.environ.get("CI"),
+    reason=f"Debian's Chromium is not installed at {DEFAULT_CHROMIUM_PATH}",
+)
 def test_workers_and_tasks_pages_render_in_chromium(fleet: Fleet, tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     user, password = fleet.credentials
     with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=DEFAULT_CHROMIUM_PATH,
-                                      args=BROWSER_ARGS, headless=True)
+        chromium = pw.chromium.launch(
+            executable_path=DEFAULT_CHROMIUM_PATH, args=BROWSER_ARGS, headless=True
+        )
         try:
             # Given a browser without the credentials: 401
             anonymous = chromium.new_context(viewport=VIEWPORT)
@@ -283,7 +322,8 @@ def test_workers_and_tasks_pages_render_in_chromium(fleet: Fleet, tmp_path: Path
 
             # When a browser with them opens the workers and tasks pages
             context = chromium.new_context(
-                viewport=VIEWPORT, http_credentials={"username": user, "password": password})
+                viewport=VIEWPORT, http_credentials={"username": user, "password": password}
+            )
             context.set_default_timeout(PAGE_TIMEOUT_MS)
             seen = _watch(context)
             page = context.new_page()
@@ -355,8 +395,9 @@ def _watch(context: Any) -> _Seen:
 
     context.on("page", on_page)
     context.on("request", lambda request: seen.requests.append(request.url))
-    context.on("requestfailed",
-               lambda request: seen.failed.append(f"{request.url} {request.failure}"))
+    context.on(
+        "requestfailed", lambda request: seen.failed.append(f"{request.url} {request.failure}")
+    )
     context.on("response", on_response)
     return seen
 
@@ -384,8 +425,10 @@ def _status_without_credentials(context: Any, url: str) -> int:
 def _task_rows(page: Any) -> list[dict[str, str]]:
     """The rows of the tasks table as a person sees them, by column slug."""
     columns = page.eval_on_selector_all(
-        "#tasks-table thead th", "ths => ths.map(th => th.dataset.column)")
+        "#tasks-table thead th", "ths => ths.map(th => th.dataset.column)"
+    )
     cells = page.eval_on_selector_all(
-        "#tasks-table tbody tr", "trs => trs.map(tr => Array.from(tr.cells, td => td.innerText))")
+        "#tasks-table tbody tr", "trs => trs.map(tr => Array.from(tr.cells, td => td.innerText))"
+    )
     assert "kwargs" in columns, columns
     return [dict(zip(columns, row, strict=True)) for row in cells]

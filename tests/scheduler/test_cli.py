@@ -32,8 +32,13 @@ def test_help_lists_the_commands() -> None:
 
 @pytest.mark.parametrize("wave", ["10by10", "0x5", "3x0", "x", "200x200"])
 def test_bad_wave_spec_is_a_clear_usage_error(wave: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "scheduler", "run", "--wave", wave],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "scheduler", "run", "--wave", wave],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == EXIT_USAGE
     assert "wave spec" in result.stderr
     assert "Traceback" not in result.stderr
@@ -61,16 +66,35 @@ def test_enqueue_refuses_an_unmigrated_database(tmp_path: Path) -> None:
 
 def test_embedded_run_needs_no_services(tmp_path: Path) -> None:
     # Given no reachable Redis or PostgreSQL (the configured ones point nowhere)
-    env = {**os.environ, "SWARM_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
-           "SWARM_BROKER_URL": "redis://127.0.0.1:1/0",
-           # Artifacts are rendered in Chromium where it is installed; a busy test machine
-           # must not fail a good page on its frame rate.
-           "SWARM_VERIFY_MIN_FPS": "10"}
+    env = {
+        **os.environ,
+        "SWARM_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "SWARM_BROKER_URL": "redis://127.0.0.1:1/0",
+        # Artifacts are rendered in Chromium where it is installed; a busy test machine
+        # must not fail a good page on its frame rate.
+        "SWARM_VERIFY_MIN_FPS": "10",
+    }
     # When a 2x2 swarm runs embedded
     result = subprocess.run(
-        [sys.executable, "-m", "scheduler", "run", "--wave", "2x2", "--sim-latency-ms", "20",
-         "--seed", "5", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
-        timeout=180)
+        [
+            sys.executable,
+            "-m",
+            "scheduler",
+            "run",
+            "--wave",
+            "2x2",
+            "--sim-latency-ms",
+            "20",
+            "--seed",
+            "5",
+            "--json",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     # Then it succeeds on its own SQLite file and prints the status JSON
     assert result.returncode == 0, result.stderr[-3000:]
     status = json.loads(result.stdout)
@@ -79,12 +103,25 @@ def test_embedded_run_needs_no_services(tmp_path: Path) -> None:
     assert status["artifacts"]["verified"] == 4
     assert (tmp_path / "swarm.db").exists()
     # and the run can be inspected afterwards from the same file
-    again = subprocess.run([sys.executable, "-m", "scheduler", "--database-url",
-                            f"sqlite:///{tmp_path / 'swarm.db'}", "status", "--json"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scheduler",
+            "--database-url",
+            f"sqlite:///{tmp_path / 'swarm.db'}",
+            "status",
+            "--json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert json.loads(again.stdout)["run"] == status["run"]
     # and the embedded worker sampled itself like any worker, tagging samples with the run
     with sqlite3.connect(tmp_path / "swarm.db") as db:
-        tagged = db.execute("SELECT count(*) FROM samples WHERE run_id = ? AND role = "
-                            "'sessions'", (status["run"],)).fetchone()[0]
+        tagged = db.execute(
+            "SELECT count(*) FROM samples WHERE run_id = ? AND role = 'sessions'", (status["run"],)
+        ).fetchone()[0]
     assert tagged > 0

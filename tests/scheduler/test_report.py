@@ -49,55 +49,94 @@ def report_json(settings: Settings, target: str) -> dict[str, Any]:
     return dict(json.loads(result.stdout))
 
 
-
 def sample(run_id: int | None, pid: int, role: str, rss_mib: float, at: datetime) -> dict[str, Any]:
-    return {"run_id": run_id, "host": HOST, "pid": pid, "role": role, "at": at,
-            "rss_bytes": int(rss_mib * MIB), "cpu_percent": 12.5, "threads": 8}
+    return {
+        "run_id": run_id,
+        "host": HOST,
+        "pid": pid,
+        "role": role,
+        "at": at,
+        "rss_bytes": int(rss_mib * MIB),
+        "cpu_percent": 12.5,
+        "threads": 8,
+    }
 
 
 def add_samples(engine: Engine, run_id: int) -> None:
     """Samples with known values around a finished run (the sampler is not in this test)."""
     with engine.begin() as conn:
-        start, end = conn.execute(select(runs.c.started_at, runs.c.finished_at)
-                                  .where(runs.c.id == run_id)).one()
+        start, end = conn.execute(
+            select(runs.c.started_at, runs.c.finished_at).where(runs.c.id == run_id)
+        ).one()
         mid = start + (end - start) / 2
         before = start - timedelta(seconds=30)
-        conn.execute(insert(samples), [
-            # The session worker that peaks: idle 100, 130, 110 (median 110), peak 190.
-            *(sample(None, 4242, "sessions", v, before + timedelta(seconds=i))
-              for i, v in enumerate((100, 130, 110))),
-            sample(run_id, 4242, "sessions", 150, start),
-            sample(run_id, 4242, "sessions", 190, mid),
-            sample(run_id, 4242, "sessions", 170, end),
-            # A second session worker below that peak; its idle figure must not be used.
-            sample(None, 4243, "sessions", 10, before),
-            sample(run_id, 4243, "sessions", 185, mid),
-            sample(run_id, 5000, "browser", 300, start),
-            sample(run_id, 5000, "browser", 420, mid),
-            sample(run_id, 6000, "verify", 90, mid),
-            # Another run's sample, larger than all of these.
-            sample(run_id + 1000, 4242, "sessions", 999, mid),
-        ])
+        conn.execute(
+            insert(samples),
+            [
+                # The session worker that peaks: idle 100, 130, 110 (median 110), peak 190.
+                *(
+                    sample(None, 4242, "sessions", v, before + timedelta(seconds=i))
+                    for i, v in enumerate((100, 130, 110))
+                ),
+                sample(run_id, 4242, "sessions", 150, start),
+                sample(run_id, 4242, "sessions", 190, mid),
+                sample(run_id, 4242, "sessions", 170, end),
+                # A second session worker below that peak; its idle figure must not be used.
+                sample(None, 4243, "sessions", 10, before),
+                sample(run_id, 4243, "sessions", 185, mid),
+                sample(run_id, 5000, "browser", 300, start),
+                sample(run_id, 5000, "browser", 420, mid),
+                sample(run_id, 6000, "verify", 90, mid),
+                # Another run's sample, larger than all of these.
+                sample(run_id + 1000, 4242, "sessions", 999, mid),
+            ],
+        )
 
 
 def usage_row(session_id: int, run_id: int, turn_no: int, cost_usd: float) -> dict[str, Any]:
-    return {"session_id": session_id, "run_id": run_id, "turn_no": turn_no, "model": "sim",
-            "prompt_tokens": 1000, "cached_tokens": 800, "output_tokens": 50,
-            "thoughts_tokens": 20, "tool_use_tokens": 0, "cost_usd": cost_usd,
-            "price_date": "2025-12-17", "latency_ms": 5, "created_at": utcnow()}
+    return {
+        "session_id": session_id,
+        "run_id": run_id,
+        "turn_no": turn_no,
+        "model": "sim",
+        "prompt_tokens": 1000,
+        "cached_tokens": 800,
+        "output_tokens": 50,
+        "thoughts_tokens": 20,
+        "tool_use_tokens": 0,
+        "cost_usd": cost_usd,
+        "price_date": "2025-12-17",
+        "latency_ms": 5,
+        "created_at": utcnow(),
+    }
 
 
 def tool_errors(session_id: int, kinds: list[str]) -> list[dict[str, Any]]:
-    return [{"session_id": session_id, "turn_no": 1, "seq": i + 1, "kind": "tool_error",
-             "payload": {"kind": kind}, "created_at": utcnow()} for i, kind in enumerate(kinds)]
+    return [
+        {
+            "session_id": session_id,
+            "turn_no": 1,
+            "seq": i + 1,
+            "kind": "tool_error",
+            "payload": {"kind": kind},
+            "created_at": utcnow(),
+        }
+        for i, kind in enumerate(kinds)
+    ]
 
 
 # --- target parsing and CLI errors (SQLite, no services) --------------------------------
 
 
-@pytest.mark.parametrize(("text", "target"), [
-    ("12", Target("run", 12)), (" 7 ", Target("run", 7)), ("L3", Target("ladder", 3)),
-    ("l14", Target("ladder", 14))])
+@pytest.mark.parametrize(
+    ("text", "target"),
+    [
+        ("12", Target("run", 12)),
+        (" 7 ", Target("run", 7)),
+        ("L3", Target("ladder", 3)),
+        ("l14", Target("ladder", 14)),
+    ],
+)
 def test_targets_parse(text: str, target: Target) -> None:
     assert Target.parse(text) == target
 
@@ -115,12 +154,18 @@ def sqlite_settings(tmp_path: Path) -> Settings:
     return Settings(database_url=url)
 
 
-@pytest.mark.parametrize(("target", "message"), [
-    ("42", "no run 42"), ("L7", "no ladder L7"),
-    ("run12", "neither a run id (e.g. 12) nor a ladder id (e.g. L3)"),
-    ("L", "neither a run id")])
-def test_unknown_or_malformed_target_is_a_usage_error(sqlite_settings: Settings, target: str,
-                                                     message: str) -> None:
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("42", "no run 42"),
+        ("L7", "no ladder L7"),
+        ("run12", "neither a run id (e.g. 12) nor a ladder id (e.g. L3)"),
+        ("L", "neither a run id"),
+    ],
+)
+def test_unknown_or_malformed_target_is_a_usage_error(
+    sqlite_settings: Settings, target: str, message: str
+) -> None:
     result = report(sqlite_settings, target, "--json")
     assert result.exit_code == 2
     assert message in result.output
@@ -129,8 +174,9 @@ def test_unknown_or_malformed_target_is_a_usage_error(sqlite_settings: Settings,
 
 
 @pytest.mark.services
-def test_unwritable_html_path_is_reported(settings: Settings, engine: Engine,
-                                          tmp_path: Path) -> None:
+def test_unwritable_html_path_is_reported(
+    settings: Settings, engine: Engine, tmp_path: Path
+) -> None:
     # Given a run and a path in a folder that does not exist
     run_id, _ = make_run(engine, waves="1x1")
     result = report(settings, str(run_id), "--html", str(tmp_path / "missing" / "r.html"))
@@ -143,21 +189,37 @@ def test_unwritable_html_path_is_reported(settings: Settings, engine: Engine,
 
 @pytest.mark.services
 @pytest.mark.slow
-def test_real_run_figures(settings: Settings, engine: Engine,
-                          start_worker: Callable[..., WorkerProcess]) -> None:
+def test_real_run_figures(
+    settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]
+) -> None:
     # Given a finished 2x2 sim run on a real worker, and samples with known values
     start_worker()
-    run_id = enqueue(settings, "--wave", "2x2", "--sim-latency-ms", "50",
-                     "--sim-mix", "diligent=3,sloppy=1", seed=11)
+    run_id = enqueue(
+        settings,
+        "--wave",
+        "2x2",
+        "--sim-latency-ms",
+        "50",
+        "--sim-mix",
+        "diligent=3,sloppy=1",
+        seed=11,
+    )
     until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     add_samples(engine, run_id)
     with engine.connect() as conn:
         rows = conn.execute(select(usage).where(usage.c.run_id == run_id)).all()
         n_errors = conn.execute(
-            select(func.count()).select_from(events.join(sessions))
-            .where(sessions.c.run_id == run_id, events.c.kind == "tool_error")).scalar_one()
-        succeeded = set(conn.execute(select(sessions.c.id).where(
-            sessions.c.run_id == run_id, sessions.c.status == "succeeded")).scalars())
+            select(func.count())
+            .select_from(events.join(sessions))
+            .where(sessions.c.run_id == run_id, events.c.kind == "tool_error")
+        ).scalar_one()
+        succeeded = set(
+            conn.execute(
+                select(sessions.c.id).where(
+                    sessions.c.run_id == run_id, sessions.c.status == "succeeded"
+                )
+            ).scalars()
+        )
     # When the report is asked for as JSON
     figures = report_json(settings, str(run_id))
     # Then the cost is the sum of the usage rows, and the tokens their sums
@@ -172,10 +234,10 @@ def test_real_run_figures(settings: Settings, engine: Engine,
     by_outcome = figures["dollars_by_outcome"]
     assert math.fsum(by_outcome.values()) == pytest.approx(figures["cost_usd"], rel=1e-9)
     assert by_outcome["verified"] == pytest.approx(
-        math.fsum(r.cost_usd for r in rows if r.session_id in succeeded), rel=1e-9)
+        math.fsum(r.cost_usd for r in rows if r.session_id in succeeded), rel=1e-9
+    )
     assert figures["verified"] == len(succeeded) > 0 and figures["sessions"] == 4
-    assert figures["cost_per_verified_usd"] == pytest.approx(
-        figures["cost_usd"] / len(succeeded))
+    assert figures["cost_per_verified_usd"] == pytest.approx(figures["cost_usd"] / len(succeeded))
     # and the peak is the largest sample of the run; RSS per session is (peak - idle) / 2
     memory = figures["memory"]
     assert memory["sessions_peak_rss_bytes"] == 190 * MIB
@@ -210,29 +272,50 @@ def test_real_run_figures(settings: Settings, engine: Engine,
 def test_dollars_by_outcome_cover_every_ending(settings: Settings, engine: Engine) -> None:
     # Given sessions that ended every way there is (and one still running), each with usage
     run_id, ids = make_run(engine, waves="1x8")
-    endings = [("succeeded", "verified"), ("failed", "failed_verification"),
-               ("stopped", "max_turns"), ("error", "retries_exhausted"),
-               ("error", "poison_turn"), ("error", "model_error"),
-               ("cancelled", "cancelled"), ("running", None)]
+    endings = [
+        ("succeeded", "verified"),
+        ("failed", "failed_verification"),
+        ("stopped", "max_turns"),
+        ("error", "retries_exhausted"),
+        ("error", "poison_turn"),
+        ("error", "model_error"),
+        ("cancelled", "cancelled"),
+        ("running", None),
+    ]
     with engine.begin() as conn:
         for (status, outcome), sid in zip(endings, ids, strict=True):
-            conn.execute(update(sessions).where(sessions.c.id == sid).values(
-                status=status, outcome=outcome, model_retries=2 if status == "error" else 0))
-        conn.execute(insert(usage), [
-            usage_row(sid, run_id, turn, cost) for i, sid in enumerate(ids)
-            for turn, cost in ((0, 0.01 * (i + 1)), (1, 0.001))])
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == sid)
+                .values(status=status, outcome=outcome, model_retries=2 if status == "error" else 0)
+            )
+        conn.execute(
+            insert(usage),
+            [
+                usage_row(sid, run_id, turn, cost)
+                for i, sid in enumerate(ids)
+                for turn, cost in ((0, 0.01 * (i + 1)), (1, 0.001))
+            ],
+        )
         # a sample of a session worker with no idle samples at all
         conn.execute(insert(samples), [sample(run_id, 7777, "sessions", 300, utcnow())])
     # When the report is asked for
     figures = report_json(settings, str(run_id))
     # Then each ending has its own dollars and they add up to the run's cost
     cost = [0.01 * (i + 1) + 0.001 for i in range(8)]
-    expected = {"verified": cost[0], "failed_verification": cost[1], "stopped": cost[2],
-                "lost_to_retries": cost[3] + cost[4], "other_errors": cost[5],
-                "cancelled": cost[6], "unfinished": cost[7]}
+    expected = {
+        "verified": cost[0],
+        "failed_verification": cost[1],
+        "stopped": cost[2],
+        "lost_to_retries": cost[3] + cost[4],
+        "other_errors": cost[5],
+        "cancelled": cost[6],
+        "unfinished": cost[7],
+    }
     assert figures["dollars_by_outcome"] == pytest.approx(expected)
     assert math.fsum(figures["dollars_by_outcome"].values()) == pytest.approx(
-        figures["cost_usd"], rel=1e-12)
+        figures["cost_usd"], rel=1e-12
+    )
     assert figures["cost_usd"] == pytest.approx(math.fsum(cost))
     assert figures["retries"] == 6
     assert figures["verified"] == 1 and figures["sessions"] == 8
@@ -247,25 +330,49 @@ def test_dollars_by_outcome_cover_every_ending(settings: Settings, engine: Engin
 
 
 @pytest.mark.services
-def test_ladder_groups_runs_by_profile_and_tier(settings: Settings, engine: Engine,
-                                                tmp_path: Path) -> None:
+def test_ladder_groups_runs_by_profile_and_tier(
+    settings: Settings, engine: Engine, tmp_path: Path
+) -> None:
     # Given a two-profile ladder whose runs were created out of order, and a run outside it
     made = {}
-    for profile, tier in (("candidate", "1x2"), ("baseline", "1x1"), ("candidate", "1x1"),
-                          ("baseline", "1x2")):
+    for profile, tier in (
+        ("candidate", "1x2"),
+        ("baseline", "1x1"),
+        ("candidate", "1x1"),
+        ("baseline", "1x2"),
+    ):
         made[profile, tier] = make_run(engine, waves=tier)
     outsider, _ = make_run(engine, waves="1x1")
-    costs = {("baseline", "1x1"): 0.72, ("candidate", "1x1"): 0.12,
-             ("baseline", "1x2"): 3.92, ("candidate", "1x2"): 0.42}
-    errors = {("baseline", "1x1"): ["conflict"] * 4, ("baseline", "1x2"): ["not_found"] * 2,
-              ("candidate", "1x2"): ["<b>bad</b>"]}
+    costs = {
+        ("baseline", "1x1"): 0.72,
+        ("candidate", "1x1"): 0.12,
+        ("baseline", "1x2"): 3.92,
+        ("candidate", "1x2"): 0.42,
+    }
+    errors = {
+        ("baseline", "1x1"): ["conflict"] * 4,
+        ("baseline", "1x2"): ["not_found"] * 2,
+        ("candidate", "1x2"): ["<b>bad</b>"],
+    }
     with engine.begin() as conn:
-        ladder_id = conn.execute(insert(ladders).values(
-            model="sim", tiers=["1x1", "1x2"], profiles=["baseline", "candidate"], config={},
-            status="finished", created_at=utcnow()).returning(ladders.c.id)).scalar_one()
+        ladder_id = conn.execute(
+            insert(ladders)
+            .values(
+                model="sim",
+                tiers=["1x1", "1x2"],
+                profiles=["baseline", "candidate"],
+                config={},
+                status="finished",
+                created_at=utcnow(),
+            )
+            .returning(ladders.c.id)
+        ).scalar_one()
         for (profile, tier), (run_id, ids) in made.items():
-            conn.execute(update(runs).where(runs.c.id == run_id).values(
-                ladder_id=ladder_id, tier=tier, profile=profile))
+            conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id)
+                .values(ladder_id=ladder_id, tier=tier, profile=profile)
+            )
             conn.execute(insert(usage), [usage_row(ids[0], run_id, 0, costs[profile, tier])])
             if (profile, tier) in errors:
                 conn.execute(insert(events), tool_errors(ids[0], errors[profile, tier]))
@@ -273,8 +380,12 @@ def test_ladder_groups_runs_by_profile_and_tier(settings: Settings, engine: Engi
     figures = report_json(settings, f"L{ladder_id}")
     # Then its runs are grouped by profile, tiers in ladder order, the outsider left out
     order = [(r["profile"], r["tier"]) for r in figures["runs"]]
-    assert order == [("baseline", "1x1"), ("baseline", "1x2"), ("candidate", "1x1"),
-                     ("candidate", "1x2")]
+    assert order == [
+        ("baseline", "1x1"),
+        ("baseline", "1x2"),
+        ("candidate", "1x1"),
+        ("candidate", "1x2"),
+    ]
     assert outsider not in {r["run_id"] for r in figures["runs"]}
     assert (figures["baseline"], figures["candidate"]) == ("baseline", "candidate")
     # and each tier compares the candidate with the baseline in dollars and percent
@@ -283,15 +394,21 @@ def test_ladder_groups_runs_by_profile_and_tier(settings: Settings, engine: Engi
     assert by_tier["1x1"]["delta_usd"] == pytest.approx(0.12 - 0.72)
     assert by_tier["1x1"]["delta_pct"] == pytest.approx((0.12 - 0.72) / 0.72 * 100)
     assert by_tier["1x2"]["delta_pct"] == pytest.approx((0.42 - 3.92) / 3.92 * 100)
-    assert (by_tier["1x1"]["baseline_tool_errors"], by_tier["1x1"]["candidate_tool_errors"]) \
-        == (4, 0)
+    assert (by_tier["1x1"]["baseline_tool_errors"], by_tier["1x1"]["candidate_tool_errors"]) == (
+        4,
+        0,
+    )
     assert (by_tier["1x2"]["baseline_run"], by_tier["1x2"]["candidate_run"]) == (
-        made["baseline", "1x2"][0], made["candidate", "1x2"][0])
+        made["baseline", "1x2"][0],
+        made["candidate", "1x2"][0],
+    )
     total = figures["comparison_total"]
     assert total["baseline_cost_usd"] == pytest.approx(4.64)
     assert total["candidate_cost_usd"] == pytest.approx(0.54)
     assert [(t["profile"], t["runs"], t["tool_errors"]) for t in figures["totals"]] == [
-        ("baseline", 2, 6), ("candidate", 2, 1)]
+        ("baseline", 2, 6),
+        ("candidate", 2, 1),
+    ]
     # and the terminal shows errors as "baseline → candidate"
     table = report(settings, f"L{ladder_id}").output
     assert "4 \N{RIGHTWARDS ARROW} 0" in table and "-83.3%" in table
@@ -312,8 +429,9 @@ def chromium() -> Iterator[Any]:
         pytest.skip(f"{DEFAULT_CHROMIUM_PATH} is not installed")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=DEFAULT_CHROMIUM_PATH,
-                                     args=list(CHROMIUM_ARGS), headless=True)
+        browser = pw.chromium.launch(
+            executable_path=DEFAULT_CHROMIUM_PATH, args=list(CHROMIUM_ARGS), headless=True
+        )
         yield browser
         browser.close()
 
@@ -321,9 +439,13 @@ def chromium() -> Iterator[Any]:
 @pytest.mark.services
 @pytest.mark.slow
 @pytest.mark.browser
-def test_html_report_is_self_contained(settings: Settings, engine: Engine, tmp_path: Path,
-                                       start_worker: Callable[..., WorkerProcess],
-                                       chromium: Any) -> None:
+def test_html_report_is_self_contained(
+    settings: Settings,
+    engine: Engine,
+    tmp_path: Path,
+    start_worker: Callable[..., WorkerProcess],
+    chromium: Any,
+) -> None:
     # Given a finished 2x2 run judged in Chromium (so it has screenshots), with samples
     start_worker(SWARM_VERIFIER="browser")
     run_id = enqueue(settings, "--wave", "2x2", "--sim-latency-ms", "50", seed=11)
@@ -339,8 +461,9 @@ def test_html_report_is_self_contained(settings: Settings, engine: Engine, tmp_p
     page_errors: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
     page.on("pageerror", lambda exc: page_errors.append(str(exc)))
-    page.route("**/*", lambda route: route.continue_() if route.request.url == url
-               else route.abort())
+    page.route(
+        "**/*", lambda route: route.continue_() if route.request.url == url else route.abort()
+    )
     page.goto(url, wait_until="load")
     page.evaluate("window.scrollTo(0, document.body.scrollHeight)")  # lazy images load
     page.wait_for_function("[...document.images].every((i) => i.complete)")

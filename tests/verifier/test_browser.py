@@ -188,8 +188,10 @@ def test_concurrent_judging(
         try:
             with ThreadPoolExecutor(max_workers=len(names)) as pool:
                 verdicts: list[Verdict] = list(
-                    pool.map(lambda name: judge(page_html(name), browser=shared,
-                                                   retry_starved=False), names)
+                    pool.map(
+                        lambda name: judge(page_html(name), browser=shared, retry_starved=False),
+                        names,
+                    )
                 )
         finally:
             done.set()
@@ -255,8 +257,9 @@ def test_xvfb_display(page_html: Callable[[str], str], min_fps: float) -> None:
     # Given a browser rendering headed on a virtual X display
     with Browser(display="xvfb", max_pages=1) as headed:
         # When the good page is judged
-        verdict = judge(page_html("good.html"), browser=headed, min_fps=min_fps,
-                        retry_starved=False)
+        verdict = judge(
+            page_html("good.html"), browser=headed, min_fps=min_fps, retry_starved=False
+        )
     # Then it passes exactly as it does headless
     assert verdict.passed, [c.detail for c in verdict.checks if not c.passed]
 
@@ -308,18 +311,19 @@ def test_display_must_be_known() -> None:
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("chromium", [HEADLESS_SHELL_PATH, DEFAULT_CHROMIUM_PATH],
-                         ids=["headless-shell", "chromium"])
-def test_both_headless_builds(chromium: str, page_html: Callable[[str], str],
-                              min_fps: float) -> None:
+@pytest.mark.parametrize(
+    "chromium", [HEADLESS_SHELL_PATH, DEFAULT_CHROMIUM_PATH], ids=["headless-shell", "chromium"]
+)
+def test_both_headless_builds(
+    chromium: str, page_html: Callable[[str], str], min_fps: float
+) -> None:
     if not os.path.exists(chromium) and not os.environ.get("CI"):
         pytest.skip(f"{chromium} is not installed")
     # Given a browser on one of Debian's two headless builds (one launcher execs the
     # browser, the other runs it as a child)
     with Browser(executable_path=chromium, max_pages=1) as own:
         # When the good page is judged
-        verdict = judge(page_html("good.html"), browser=own, min_fps=min_fps,
-                        retry_starved=False)
+        verdict = judge(page_html("good.html"), browser=own, min_fps=min_fps, retry_starved=False)
         root = psutil.Process(own.browser_pids()[0])
         # Then it passes, and the tree sampled for memory is rooted at the browser itself,
         # not at its launcher script
@@ -333,7 +337,8 @@ def test_default_executable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_executable("xvfb") == DEFAULT_CHROMIUM_PATH
     installed = os.path.exists(HEADLESS_SHELL_PATH)
     assert default_executable("headless") == (
-        HEADLESS_SHELL_PATH if installed else DEFAULT_CHROMIUM_PATH)
+        HEADLESS_SHELL_PATH if installed else DEFAULT_CHROMIUM_PATH
+    )
     monkeypatch.setattr(verifier.browser, "HEADLESS_SHELL_PATH", "/nonexistent/shell")
     assert default_executable("headless") == DEFAULT_CHROMIUM_PATH
 
@@ -363,8 +368,9 @@ def test_find_root_skips_the_launcher_and_helpers_not_yet_exec_d() -> None:
     # Given a launcher script running a browser whose helpers carry its marker
     marker = "--swarm-browser=find-root-test"
     command = ["/bin/sh", "-c", _LAUNCHER, "sh", sys.executable, "-c", _BROWSER, marker]
-    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          text=True) as launcher:
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as launcher:
         assert launcher.stdin is not None and launcher.stdout is not None
         helper = int(launcher.stdout.readline())
         # When its root is looked for

@@ -165,25 +165,34 @@ def test_verdict_json_round_trip() -> None:
     [
         ({}, False),
         # a cheap page on a renderer that got 15 display frames a second: the machine's fault
-        ({"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 2.0},
-         True),
+        ({"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 2.0}, True),
         # a page that needs 40 ms per frame drags the display down itself: the page's fault
-        ({"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 40.0},
-         False),
+        (
+            {"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 40.0},
+            False,
+        ),
         # a throttled loop on a healthy display: the page's fault
         ({"fps": 10.0, "display_frames": 120, "page_frames": 20}, False),
         # a page whose loop never ran is judged, not retried
-        ({"fps": 0.0, "display_frames": 20, "page_frames": 0, "script_ms_per_frame": 0.0},
-         False),
+        ({"fps": 0.0, "display_frames": 20, "page_frames": 0, "script_ms_per_frame": 0.0}, False),
         # any slow page while the host's CPUs were saturated by other work
-        ({"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 40.0,
-          "host_busy": 0.97}, True),
+        (
+            {
+                "fps": 15.0,
+                "display_frames": 30,
+                "page_frames": 30,
+                "script_ms_per_frame": 40.0,
+                "host_busy": 0.97,
+            },
+            True,
+        ),
         # but a page at full speed is never "starved", however busy the host
         ({"host_busy": 1.0}, False),
     ],
 )
-def test_starved_renderer_is_told_apart_from_a_slow_page(overrides: dict[str, Any],
-                                                         is_starved: bool) -> None:
+def test_starved_renderer_is_told_apart_from_a_slow_page(
+    overrides: dict[str, Any], is_starved: bool
+) -> None:
     host_busy = overrides.pop("host_busy", 0.0)
     assert starved(make_report(**overrides), min_fps=30.0, host_busy=host_busy) is is_starved
 
@@ -199,7 +208,8 @@ class _ReportingBrowser:
 
 
 def test_a_starved_measurement_is_retried_until_retries_run_out(
-        page_html: Callable[[str], str]) -> None:
+    page_html: Callable[[str], str],
+) -> None:
     # Given a measurement in which a cheap page got 15 display frames a second
     report = make_report(fps=15.0, display_frames=30, page_frames=30, script_ms_per_frame=2.0)
     browser: Any = _ReportingBrowser(report)

@@ -30,8 +30,7 @@ def rebuild(events: Iterable[tuple[str, dict[str, Any]]]) -> list[Content]:
         else:
             continue
         if contents and contents[-1]["role"] == entry["role"] == "user":
-            contents[-1] = {"role": "user",
-                            "parts": [*contents[-1]["parts"], *entry["parts"]]}
+            contents[-1] = {"role": "user", "parts": [*contents[-1]["parts"], *entry["parts"]]}
         else:
             contents.append(entry)
     return contents
@@ -51,9 +50,12 @@ def elide_long_args(content: Content, *, max_chars: int) -> Content:
     for part in parts:
         if _long_args(part, max_chars):
             call = part["function_call"]
-            args = {name: f"[{len(value):,} characters not kept: over {max_chars:,}]"
-                    if isinstance(value, str) and len(value) > max_chars else value
-                    for name, value in call["args"].items()}
+            args = {
+                name: f"[{len(value):,} characters not kept: over {max_chars:,}]"
+                if isinstance(value, str) and len(value) > max_chars
+                else value
+                for name, value in call["args"].items()
+            }
             part = {**part, "function_call": {**call, "args": args}}
         kept.append(part)
     return {**content, "parts": kept}

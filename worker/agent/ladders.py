@@ -30,9 +30,16 @@ def parse_tiers(text: str) -> tuple[str, ...]:
     return tiers
 
 
-def create_ladder(conn: Connection, *, model: str, tiers: tuple[str, ...],
-                  profiles: tuple[str, ...], config: RunConfig, now: datetime,
-                  budget_usd: float | None = None) -> tuple[int, list[int]]:
+def create_ladder(
+    conn: Connection,
+    *,
+    model: str,
+    tiers: tuple[str, ...],
+    profiles: tuple[str, ...],
+    config: RunConfig,
+    now: datetime,
+    budget_usd: float | None = None,
+) -> tuple[int, list[int]]:
     """Create a ladder and all its runs; only the first is started.
 
     Each profile climbs every tier; a tier has the same seed, and so the same briefs, for
@@ -43,16 +50,32 @@ def create_ladder(conn: Connection, *, model: str, tiers: tuple[str, ...],
     """
     for name in profiles:
         get_profile(name)
-    ladder_id = conn.execute(insert(ladders).values(
-        model=model, tiers=list(tiers), profiles=list(profiles),
-        config=config.model_dump(mode="json"), status="running", created_at=now,
-    ).returning(ladders.c.id)).scalar_one()
+    ladder_id = conn.execute(
+        insert(ladders)
+        .values(
+            model=model,
+            tiers=list(tiers),
+            profiles=list(profiles),
+            config=config.model_dump(mode="json"),
+            status="running",
+            created_at=now,
+        )
+        .returning(ladders.c.id)
+    ).scalar_one()
     run_ids: list[int] = []
     for profile in profiles:
         for tier in tiers:
-            run_ids.append(create_run(
-                conn, model=model,
-                config=config.model_copy(update={"waves": str(WaveSpec.parse(tier))}),
-                profile=profile, now=now, budget_usd=budget_usd, ladder_id=ladder_id,
-                tier=tier, start=not run_ids))
+            run_ids.append(
+                create_run(
+                    conn,
+                    model=model,
+                    config=config.model_copy(update={"waves": str(WaveSpec.parse(tier))}),
+                    profile=profile,
+                    now=now,
+                    budget_usd=budget_usd,
+                    ladder_id=ladder_id,
+                    tier=tier,
+                    start=not run_ids,
+                )
+            )
     return int(ladder_id), run_ids

@@ -40,13 +40,22 @@ class Spend:
 
 def spend(conn: Connection, *, session_id: int, run_id: int) -> Spend:
     """Read the session's and the run's spending from the usage rows."""
-    tokens = (usage.c.prompt_tokens + usage.c.output_tokens + usage.c.thoughts_tokens
-              + usage.c.tool_use_tokens)
-    mine = conn.execute(select(func.coalesce(func.sum(tokens), 0),
-                               func.coalesce(func.sum(usage.c.cost_usd), 0.0))
-                        .where(usage.c.session_id == session_id)).one()
-    total = conn.execute(select(func.coalesce(func.sum(usage.c.cost_usd), 0.0), func.count())
-                         .where(usage.c.run_id == run_id)).one()
+    tokens = (
+        usage.c.prompt_tokens
+        + usage.c.output_tokens
+        + usage.c.thoughts_tokens
+        + usage.c.tool_use_tokens
+    )
+    mine = conn.execute(
+        select(
+            func.coalesce(func.sum(tokens), 0), func.coalesce(func.sum(usage.c.cost_usd), 0.0)
+        ).where(usage.c.session_id == session_id)
+    ).one()
+    total = conn.execute(
+        select(func.coalesce(func.sum(usage.c.cost_usd), 0.0), func.count()).where(
+            usage.c.run_id == run_id
+        )
+    ).one()
     return Spend(int(mine[0]), float(mine[1]), float(total[0]), int(total[1]))
 
 
@@ -85,8 +94,13 @@ def _since_warning(log: list[tuple[str, dict[str, Any]]]) -> _Since:
     for kind, payload in log:
         if kind == "model":
             parts = (payload.get("content") or {}).get("parts") or ()
-            since.calls.append([(p["function_call"]["name"], p["function_call"].get("args") or {})
-                                for p in parts if p.get("function_call")])
+            since.calls.append(
+                [
+                    (p["function_call"]["name"], p["function_call"].get("args") or {})
+                    for p in parts
+                    if p.get("function_call")
+                ]
+            )
             since.progress.append(False)
         elif kind == "nudge" and payload.get("reason") == LOOP_NUDGE:
             since = _Since([], [], [], since.warnings + 1)
@@ -108,35 +122,40 @@ class Loop:
     message: str
 
 
-def find_loop(log: list[tuple[str, dict[str, Any]]],
-              config: RunConfig) -> tuple[Loop | None, int]:
+def find_loop(log: list[tuple[str, dict[str, Any]]], config: RunConfig) -> tuple[Loop | None, int]:
     """Look for a loop since the last warning; returns it and the warnings given so far."""
     since = _since_warning(log)
-    last = since.calls[-config.loop_repeat:]
+    last = since.calls[-config.loop_repeat :]
     if len(last) == config.loop_repeat and last[0] and all(c == last[0] for c in last):
         call = last[0][0][0]
-        return Loop("repeat", (
-            f"You made the same call ({call} with the same arguments) {len(last)} times in "
-            "a row and got the same answer each time. Do not repeat it. "
-            + _NEXT_STEP)), since.warnings
+        return Loop(
+            "repeat",
+            (
+                f"You made the same call ({call} with the same arguments) {len(last)} times in "
+                "a row and got the same answer each time. Do not repeat it. " + _NEXT_STEP
+            ),
+        ), since.warnings
     if len(since.error_streak) >= config.loop_errors:
         kinds = ", ".join(sorted(set(since.error_streak)))
-        return Loop("errors", (
-            f"Your last {len(since.error_streak)} tool calls failed ({kinds}). Read the hint "
-            "in each error and change the call instead of trying it again. "
-            + _NEXT_STEP)), since.warnings
+        return Loop(
+            "errors",
+            (
+                f"Your last {len(since.error_streak)} tool calls failed ({kinds}). Read the hint "
+                "in each error and change the call instead of trying it again. " + _NEXT_STEP
+            ),
+        ), since.warnings
     idle = 0
     for wrote in since.progress:
         idle = 0 if wrote else idle + 1
     if idle >= config.loop_idle_turns:
-        return Loop("no_progress", (
-            f"{idle} turns have passed without writing the artifact. "
-            + _NEXT_STEP)), since.warnings
+        return Loop(
+            "no_progress", (f"{idle} turns have passed without writing the artifact. " + _NEXT_STEP)
+        ), since.warnings
     return None, since.warnings
 
 
 _NEXT_STEP = (
-    f"{LOOP_HINT} with manage_artifact(action=\"create\", name, content) if it "
+    f'{LOOP_HINT} with manage_artifact(action="create", name, content) if it '
     "does not exist yet; otherwise edit it with the current version, or call handoff if it "
     "is done."
 )

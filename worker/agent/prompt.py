@@ -24,15 +24,39 @@ LOOP_HINT = "Next: publish the page"
 ARTIFACT_NAME = "dashboard.html"
 
 _SUBJECTS = (
-    "Edge Cluster", "Ingest Pipeline", "Payments API", "Render Farm", "Search Tier",
-    "Cache Fleet", "Build Grid", "Stream Router", "Auth Gateway", "Batch Scheduler",
-    "Object Store", "Telemetry Bus", "GPU Pool", "Message Queue", "CDN Shield",
+    "Edge Cluster",
+    "Ingest Pipeline",
+    "Payments API",
+    "Render Farm",
+    "Search Tier",
+    "Cache Fleet",
+    "Build Grid",
+    "Stream Router",
+    "Auth Gateway",
+    "Batch Scheduler",
+    "Object Store",
+    "Telemetry Bus",
+    "GPU Pool",
+    "Message Queue",
+    "CDN Shield",
 )
 _VIEWS = ("Health", "Pulse", "Overview", "Vitals", "Control Room", "Live Status", "Monitor")
 _METRICS = (
-    "cpu load", "memory pressure", "io wait", "queue depth", "p99 latency", "error rate",
-    "cache hit ratio", "requests per second", "disk throughput", "network egress",
-    "gc pauses", "thread count", "open connections", "replication lag", "saturation",
+    "cpu load",
+    "memory pressure",
+    "io wait",
+    "queue depth",
+    "p99 latency",
+    "error rate",
+    "cache hit ratio",
+    "requests per second",
+    "disk throughput",
+    "network egress",
+    "gc pauses",
+    "thread count",
+    "open connections",
+    "replication lag",
+    "saturation",
 )
 
 
@@ -80,7 +104,7 @@ def brief_message(brief: dict[str, Any]) -> Content:
     """The first user message of a session."""
     metrics = ", ".join(brief["metrics"])
     text = (
-        f"Build the dashboard card \"{brief['title']}\". Show live synthetic telemetry for: "
+        f'Build the dashboard card "{brief["title"]}". Show live synthetic telemetry for: '
         f"{metrics}. Publish it as {brief['artifact_name']} and hand it off when it is done."
     )
     return {"role": "user", "parts": [{"text": text}]}

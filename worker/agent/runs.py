@@ -45,8 +45,9 @@ class WaveSpec:
         if spec.waves < 1 or spec.size < 1:
             raise InputError(f"wave spec {text!r} needs at least one wave of one session")
         if spec.total > MAX_SESSIONS:
-            raise InputError(f"wave spec {text!r} asks for {spec.total} sessions; "
-                             f"the most is {MAX_SESSIONS}")
+            raise InputError(
+                f"wave spec {text!r} asks for {spec.total} sessions; the most is {MAX_SESSIONS}"
+            )
         return spec
 
     @property
@@ -96,8 +97,10 @@ class RunConfig(BaseModel):
     def _known_personas(cls, mix: dict[str, float]) -> dict[str, float]:
         unknown = set(mix) - {p.value for p in Persona}
         if unknown:
-            raise ValueError(f"unknown persona(s) {', '.join(sorted(unknown))}; "
-                             f"known: {', '.join(p.value for p in Persona)}")
+            raise ValueError(
+                f"unknown persona(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(p.value for p in Persona)}"
+            )
         if not mix or any(w < 0 for w in mix.values()) or sum(mix.values()) <= 0:
             raise ValueError("persona weights must be non-negative and not all zero")
         return mix
@@ -121,10 +124,18 @@ def parse_mix(text: str) -> dict[str, float]:
     return mix
 
 
-def create_run(conn: Connection, *, model: str, config: RunConfig, now: datetime,
-               profile: str = DEFAULT_PROFILE, budget_usd: float | None = None,
-               ladder_id: int | None = None, tier: str | None = None,
-               start: bool = True) -> int:
+def create_run(
+    conn: Connection,
+    *,
+    model: str,
+    config: RunConfig,
+    now: datetime,
+    profile: str = DEFAULT_PROFILE,
+    budget_usd: float | None = None,
+    ladder_id: int | None = None,
+    tier: str | None = None,
+    start: bool = True,
+) -> int:
     """Insert a run with its waves and sessions, and (``start``) the outbox row of wave 1.
 
     A ladder's later runs are created with ``start=False``: the run before them writes
@@ -134,31 +145,67 @@ def create_run(conn: Connection, *, model: str, config: RunConfig, now: datetime
     prefix = build_prefix(get_profile(profile))
     run_id = conn.execute(
         insert(runs)
-        .values(profile=profile, model=model, config=config.model_dump(mode="json"),
-                prefix_sha256=prefix.sha256, budget_usd=budget_usd, status="pending",
-                ladder_id=ladder_id, tier=tier, created_at=now)
+        .values(
+            profile=profile,
+            model=model,
+            config=config.model_dump(mode="json"),
+            prefix_sha256=prefix.sha256,
+            budget_usd=budget_usd,
+            status="pending",
+            ladder_id=ladder_id,
+            tier=tier,
+            created_at=now,
+        )
         .returning(runs.c.id)
     ).scalar_one()
-    wave_ids = conn.execute(
-        insert(waves).returning(waves.c.id, sort_by_parameter_order=True),
-        [{"run_id": run_id, "index": i, "size": spec.size, "status": "pending", "done_count": 0}
-         for i in range(1, spec.waves + 1)],
-    ).scalars().all()
+    wave_ids = (
+        conn.execute(
+            insert(waves).returning(waves.c.id, sort_by_parameter_order=True),
+            [
+                {
+                    "run_id": run_id,
+                    "index": i,
+                    "size": spec.size,
+                    "status": "pending",
+                    "done_count": 0,
+                }
+                for i in range(1, spec.waves + 1)
+            ],
+        )
+        .scalars()
+        .all()
+    )
     rows = []
     for n in range(spec.total):
-        rows.append({
-            "run_id": run_id, "wave_id": wave_ids[n // spec.size], "index": n,
-            "persona": persona_for(config.sim_mix, config.seed, n).value,
-            "brief": make_brief(config.seed, n), "status": "pending",
-        })
-    session_ids = conn.execute(
-        insert(sessions).returning(sessions.c.id,
-                                               sort_by_parameter_order=True), rows
-    ).scalars().all()
-    conn.execute(insert(events), [
-        {"session_id": session_id, "turn_no": 0, "seq": 0, "kind": "brief",
-         "payload": {"content": brief_message(row["brief"])}, "created_at": now}
-        for session_id, row in zip(session_ids, rows, strict=True)])
+        rows.append(
+            {
+                "run_id": run_id,
+                "wave_id": wave_ids[n // spec.size],
+                "index": n,
+                "persona": persona_for(config.sim_mix, config.seed, n).value,
+                "brief": make_brief(config.seed, n),
+                "status": "pending",
+            }
+        )
+    session_ids = (
+        conn.execute(insert(sessions).returning(sessions.c.id, sort_by_parameter_order=True), rows)
+        .scalars()
+        .all()
+    )
+    conn.execute(
+        insert(events),
+        [
+            {
+                "session_id": session_id,
+                "turn_no": 0,
+                "seq": 0,
+                "kind": "brief",
+                "payload": {"content": brief_message(row["brief"])},
+                "created_at": now,
+            }
+            for session_id, row in zip(session_ids, rows, strict=True)
+        ],
+    )
     if start:
         conn.execute(insert(outbox).values(wave_start(run_id, 1, now)))
     return int(run_id)

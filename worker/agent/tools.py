@@ -35,8 +35,9 @@ def _storable(value: str) -> str:
     # A regex scan reads the string where it lies: content may be megabytes.
     found = _UNSTORABLE.search(value)
     if found is not None:
-        raise ValueError(f"contains U+{ord(found.group()):04X} at index {found.start()}, "
-                         "which text cannot hold")
+        raise ValueError(
+            f"contains U+{ord(found.group()):04X} at index {found.start()}, which text cannot hold"
+        )
     return value
 
 
@@ -70,7 +71,8 @@ class PlanManage(_Args):
     action: Literal["set", "done", "list"]
     """set replaces the plan with items, done marks item_id done, list shows the plan."""
     items: list[Annotated[Text, Field(min_length=1, max_length=500)]] | None = Field(
-        default=None, min_length=1, max_length=20)
+        default=None, min_length=1, max_length=20
+    )
     """For set: the plan items in order (1 to 20 short sentences)."""
     item_id: int | None = Field(default=None, ge=1)
     """For done: the number of the item to mark done (from 1)."""
@@ -111,8 +113,10 @@ def _utf8_size(content: str) -> int:
     # Content may be far over the ceiling: encoding it whole would copy all of it once more.
     if content.isascii():  # O(1) in CPython: one byte per character
         return len(content)
-    return sum(len(content[i:i + _SIZE_CHUNK_CHARS].encode())
-               for i in range(0, len(content), _SIZE_CHUNK_CHARS))
+    return sum(
+        len(content[i : i + _SIZE_CHUNK_CHARS].encode())
+        for i in range(0, len(content), _SIZE_CHUNK_CHARS)
+    )
 
 
 def _size(content: str, ctx: ToolContext) -> int:
@@ -141,9 +145,12 @@ def _existing(ctx: ToolContext, name: str) -> workspace.ArtifactState:
     current = workspace.get_artifact(ctx.conn, session_id=ctx.session_id, name=name)
     if current is None or current.deleted:
         names = workspace.artifact_names(ctx.conn, session_id=ctx.session_id)
-        raise ToolError(f"no artifact named {name}", kind="not_found",
-                        hint="create it first" if not names else "use one of the names listed",
-                        data={"artifacts": names})
+        raise ToolError(
+            f"no artifact named {name}",
+            kind="not_found",
+            hint="create it first" if not names else "use one of the names listed",
+            data={"artifacts": names},
+        )
     return current
 
 
@@ -151,18 +158,26 @@ def manage_artifact(args: ManageArtifact, ctx: ToolContext) -> dict[str, Any]:
     """Create, edit in place (compare-and-swap), read or delete an artifact."""
     if args.action == "get":
         current = _existing(ctx, args.name)
-        return {"name": current.name, "version": current.version, "content": current.content,
-                "regions": region_ids(current.content)}
+        return {
+            "name": current.name,
+            "version": current.version,
+            "content": current.content,
+            "regions": region_ids(current.content),
+        }
     if args.action == "delete":
         current = _existing(ctx, args.name)
         if args.expected_version != current.version:
             raise _conflict(current, args.expected_version)
-        workspace.mark_deleted(ctx.conn, artifact_id=current.id, expected_version=current.version,
-                               now=ctx.now)
+        workspace.mark_deleted(
+            ctx.conn, artifact_id=current.id, expected_version=current.version, now=ctx.now
+        )
         return {"name": args.name, "deleted": True}
     if args.content is None:
-        raise ToolError(f"{args.action} needs content", kind="bad_arguments",
-                        hint="pass the page (or, with region_id, the region) as content")
+        raise ToolError(
+            f"{args.action} needs content",
+            kind="bad_arguments",
+            hint="pass the page (or, with region_id, the region) as content",
+        )
     if args.action == "create":
         return _create(args.name, args.content, ctx)
     return _edit(args, args.content, ctx)
@@ -171,23 +186,36 @@ def manage_artifact(args: ManageArtifact, ctx: ToolContext) -> dict[str, Any]:
 def _create(name: str, content: str, ctx: ToolContext) -> dict[str, Any]:
     current = workspace.get_artifact(ctx.conn, session_id=ctx.session_id, name=name)
     if current is not None and not current.deleted:
-        raise ToolError(f"{name} already exists at version {current.version}", kind="exists",
-                        hint="edit it in place with expected_version",
-                        data={"current_version": current.version})
+        raise ToolError(
+            f"{name} already exists at version {current.version}",
+            kind="exists",
+            hint="edit it in place with expected_version",
+            data={"current_version": current.version},
+        )
     size = _size(content, ctx)
     # Re-creating a deleted artifact continues its version numbers, so history has no gaps.
     expected = current.version if current is not None else None
     version = workspace.write_artifact(
-        ctx.conn, session_id=ctx.session_id, name=name, content=content, size_bytes=size,
-        expected_version=expected, turn_no=ctx.turn_no, now=ctx.now)
+        ctx.conn,
+        session_id=ctx.session_id,
+        name=name,
+        content=content,
+        size_bytes=size,
+        expected_version=expected,
+        turn_no=ctx.turn_no,
+        now=ctx.now,
+    )
     ctx.changed.append(name)
     return {"name": name, "version": version, "size_bytes": size, "regions": region_ids(content)}
 
 
 def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any]:
     if args.expected_version is None:
-        raise ToolError("edit needs expected_version", kind="bad_arguments",
-                        hint="get the artifact to learn its version, then edit with it")
+        raise ToolError(
+            "edit needs expected_version",
+            kind="bad_arguments",
+            hint="get the artifact to learn its version, then edit with it",
+        )
     current = _existing(ctx, args.name)
     if args.expected_version != current.version:
         raise _conflict(current, args.expected_version)
@@ -196,13 +224,23 @@ def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any
         try:
             content = replace_region(current.content, args.region_id, content)
         except RegionNotFound:
-            raise ToolError(f"no element with id {args.region_id!r} in {args.name}",
-                            kind="region_not_found", hint="use one of the ids listed",
-                            data={"regions": region_ids(current.content)}) from None
+            raise ToolError(
+                f"no element with id {args.region_id!r} in {args.name}",
+                kind="region_not_found",
+                hint="use one of the ids listed",
+                data={"regions": region_ids(current.content)},
+            ) from None
     size = _size(content, ctx)
     version = workspace.write_artifact(
-        ctx.conn, session_id=ctx.session_id, name=args.name, content=content, size_bytes=size,
-        expected_version=current.version, turn_no=ctx.turn_no, now=ctx.now)
+        ctx.conn,
+        session_id=ctx.session_id,
+        name=args.name,
+        content=content,
+        size_bytes=size,
+        expected_version=current.version,
+        turn_no=ctx.turn_no,
+        now=ctx.now,
+    )
     if version is None:  # only a fenced writer can lose here; its transaction is discarded
         raise _conflict(current, args.expected_version)
     ctx.changed.append(args.name)
@@ -213,25 +251,39 @@ def plan_manage(args: PlanManage, ctx: ToolContext) -> dict[str, Any]:
     """Set, check off or list plan items."""
     if args.action == "set":
         if not args.items:
-            raise ToolError("set needs items", kind="bad_arguments",
-                            hint="pass the plan as a list of short strings")
-        workspace.set_plan(ctx.conn, session_id=ctx.session_id, items=args.items,
-                           turn_no=ctx.turn_no)
+            raise ToolError(
+                "set needs items",
+                kind="bad_arguments",
+                hint="pass the plan as a list of short strings",
+            )
+        workspace.set_plan(
+            ctx.conn, session_id=ctx.session_id, items=args.items, turn_no=ctx.turn_no
+        )
     elif args.action == "done":
         if args.item_id is None:
-            raise ToolError("done needs item_id", kind="bad_arguments",
-                            hint="pass the number of the item, from 1")
+            raise ToolError(
+                "done needs item_id",
+                kind="bad_arguments",
+                hint="pass the number of the item, from 1",
+            )
         plan = workspace.get_plan(ctx.conn, session_id=ctx.session_id)
         if ctx.profile.strict_plan:
             first_open = next((p.item_no for p in plan if not p.done), None)
             if first_open is not None and args.item_id != first_open:
-                raise ToolError(f"item {first_open} must be done before item {args.item_id}",
-                                kind="plan_locked", hint="check items off in order")
-        if not workspace.mark_plan_done(ctx.conn, session_id=ctx.session_id,
-                                        item_no=args.item_id, turn_no=ctx.turn_no):
-            raise ToolError(f"no plan item {args.item_id}", kind="not_found",
-                            hint="list the plan to see item numbers",
-                            data={"items": len(plan)})
+                raise ToolError(
+                    f"item {first_open} must be done before item {args.item_id}",
+                    kind="plan_locked",
+                    hint="check items off in order",
+                )
+        if not workspace.mark_plan_done(
+            ctx.conn, session_id=ctx.session_id, item_no=args.item_id, turn_no=ctx.turn_no
+        ):
+            raise ToolError(
+                f"no plan item {args.item_id}",
+                kind="not_found",
+                hint="list the plan to see item numbers",
+                data={"items": len(plan)},
+            )
     plan = workspace.get_plan(ctx.conn, session_id=ctx.session_id)
     return {"items": [{"id": p.item_no, "text": p.text, "done": p.done} for p in plan]}
 
@@ -242,17 +294,24 @@ def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
     checks = static_checks(current.content, max_bytes=ctx.profile.artifact_max_bytes)
     if not passed(checks):
         failed = [{"check": c.name, "detail": c.detail} for c in checks if not c.passed]
-        raise ToolError(f"{args.artifact_name} v{current.version} fails the static checks",
-                        kind="checks_failed", hint="fix what each check reports, then hand off",
-                        data={"failed": failed})
+        raise ToolError(
+            f"{args.artifact_name} v{current.version} fails the static checks",
+            kind="checks_failed",
+            hint="fix what each check reports, then hand off",
+            data={"failed": failed},
+        )
     if ctx.profile.strict_plan:
-        open_items = [p.item_no for p in workspace.get_plan(ctx.conn, session_id=ctx.session_id)
-                      if not p.done]
+        open_items = [
+            p.item_no for p in workspace.get_plan(ctx.conn, session_id=ctx.session_id) if not p.done
+        ]
         if open_items:
-            raise ToolError("plan items are still open", kind="plan_locked",
-                            hint="mark every plan item done first", data={"open": open_items})
-    ctx.handed_off = workspace.version_id(ctx.conn, artifact_id=current.id,
-                                          version=current.version)
+            raise ToolError(
+                "plan items are still open",
+                kind="plan_locked",
+                hint="mark every plan item done first",
+                data={"open": open_items},
+            )
+    ctx.handed_off = workspace.version_id(ctx.conn, artifact_id=current.id, version=current.version)
     return {"status": "handed_off", "artifact_name": current.name, "version": current.version}
 
 
@@ -306,14 +365,19 @@ def run_tool(call: FunctionCall, ctx: ToolContext) -> dict[str, Any]:
     """
     tool = TOOLS.get(call.name)
     if tool is None:
-        raise ToolError(f"there is no tool named {call.name!r}", kind="unknown_tool",
-                        hint=f"call one of: {', '.join(TOOLS)}")
+        raise ToolError(
+            f"there is no tool named {call.name!r}",
+            kind="unknown_tool",
+            hint=f"call one of: {', '.join(TOOLS)}",
+        )
     if not isinstance(call.args, dict):
         raise ToolError("arguments must be an object", kind="bad_arguments")
     try:
         args = tool.args.model_validate(call.args)
     except ValidationError as exc:
-        raise ToolError(f"invalid arguments for {call.name}: {_describe(exc)}",
-                        kind="bad_arguments",
-                        hint="check the tool's parameter schema and call it again") from None
+        raise ToolError(
+            f"invalid arguments for {call.name}: {_describe(exc)}",
+            kind="bad_arguments",
+            hint="check the tool's parameter schema and call it again",
+        ) from None
     return tool.handler(args, ctx)

@@ -45,7 +45,7 @@ STORED_ARG_CEILINGS = 4
 #: What the agent is told when it answers without calling a tool.
 NO_CALL_NOTICE = (
     "No tool was called. Text answers are not read: publish the page with "
-    "manage_artifact(action=\"create\") or edit it, then call handoff."
+    'manage_artifact(action="create") or edit it, then call handoff.'
 )
 
 
@@ -67,8 +67,9 @@ def backoff_s(rt: Runtime, retries: int) -> float:
     return float(min(rt.settings.retry_backoff_s * 2**retries, rt.settings.retry_backoff_max_s))
 
 
-def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
-             model: Model | None = None) -> TurnOutcome:
+def run_turn(
+    *, rt: Runtime, session_id: int, turn_no: int, retries: int = 0, model: Model | None = None
+) -> TurnOutcome:
     """Run turn ``turn_no`` of a session.
 
     Args:
@@ -83,43 +84,69 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
     """
     started = time.monotonic()
     with rt.engine.begin() as conn:
-        claim = lifecycle.claim_turn(conn, session_id=session_id, turn_no=turn_no, owner=rt.owner,
-                                 now=rt.clock(), ttl_s=rt.settings.lease_ttl_s)
+        claim = lifecycle.claim_turn(
+            conn,
+            session_id=session_id,
+            turn_no=turn_no,
+            owner=rt.owner,
+            now=rt.clock(),
+            ttl_s=rt.settings.lease_ttl_s,
+        )
     if claim is None:
         logger.info("turn %s/%s skipped: not due", session_id, turn_no)
         return TurnOutcome.skipped
     if claim.attempts > rt.settings.max_turn_attempts:
-        return _end(rt, claim, SessionStatus.error, outcome="poison_turn",
-                    error=f"turn {turn_no} was claimed {claim.attempts - 1} times "
-                          "without committing")
+        return _end(
+            rt,
+            claim,
+            SessionStatus.error,
+            outcome="poison_turn",
+            error=f"turn {turn_no} was claimed {claim.attempts - 1} times without committing",
+        )
     with rt.engine.connect() as conn:
         view = lifecycle.load_session(conn, session_id=session_id)
         spent = limits.spend(conn, session_id=session_id, run_id=view.run_id)
     config = RunConfig.model_validate(view.run_config)
     if view.run_status == RunStatus.cancelled.value:
-        return _end(rt, claim, SessionStatus.cancelled, outcome="cancelled",
-                    error="the run was cancelled")
+        return _end(
+            rt, claim, SessionStatus.cancelled, outcome="cancelled", error="the run was cancelled"
+        )
     if turn_no >= config.max_turns:
-        return _end(rt, claim, SessionStatus.stopped, outcome="max_turns",
-                    error=f"stopped after {turn_no} turns (max_turns={config.max_turns})")
+        return _end(
+            rt,
+            claim,
+            SessionStatus.stopped,
+            outcome="max_turns",
+            error=f"stopped after {turn_no} turns (max_turns={config.max_turns})",
+        )
     try:
         limits.check_spend(config, spent, view.run_budget_usd)
     except LimitExceeded as exc:
         if exc.kind == "budget":
-            _record_run_stop(rt, view.run_id, f"budget: spent ${exc.value:.4f} of "
-                                              f"${exc.limit:.4f}")
+            _record_run_stop(rt, view.run_id, f"budget: spent ${exc.value:.4f} of ${exc.limit:.4f}")
         return _end(rt, claim, SessionStatus.stopped, outcome=exc.kind, error=str(exc))
     profile = get_profile(view.profile)
     prefix = build_prefix(profile)
-    request = ModelRequest(model=view.model, system_instruction=prefix.system_instruction,
-                           tools=prefix.tools, history=tuple(history.rebuild(view.events)),
-                           tool_mode=profile.tool_mode)
+    request = ModelRequest(
+        model=view.model,
+        system_instruction=prefix.system_instruction,
+        tools=prefix.tools,
+        history=tuple(history.rebuild(view.events)),
+        tool_mode=profile.tool_mode,
+    )
     called = time.monotonic()
     try:
         if config.cache == "explicit" and view.model.startswith(GEMINI_PREFIX):
-            request = replace(request, cached_content=caches.ensure_cache(
-                rt, run_id=view.run_id, model=view.model, prefix=prefix,
-                tool_mode=profile.tool_mode))
+            request = replace(
+                request,
+                cached_content=caches.ensure_cache(
+                    rt,
+                    run_id=view.run_id,
+                    model=view.model,
+                    prefix=prefix,
+                    tool_mode=profile.tool_mode,
+                ),
+            )
         answer = (model or rt.providers.model_for(view)).generate(request)
     except ModelPaused as exc:
         return _end(rt, claim, SessionStatus.stopped, outcome="quota", error=str(exc))
@@ -130,74 +157,124 @@ def run_turn(*, rt: Runtime, session_id: int, turn_no: int, retries: int = 0,
         # A wait for the fleet's own limiter is no failure of the model.
         counts = not isinstance(exc, Throttled)
         if counts and retries >= rt.settings.max_model_retries:
-            return _end(rt, claim, SessionStatus.error, outcome="retries_exhausted",
-                        error=f"model unavailable after {retries} retries: {exc}")
+            return _end(
+                rt,
+                claim,
+                SessionStatus.error,
+                outcome="retries_exhausted",
+                error=f"model unavailable after {retries} retries: {exc}",
+            )
         _retry_later(rt, claim, exc, retries, counts=counts)
     except (ModelFatal, ConfigError) as exc:
         return _end(rt, claim, SessionStatus.error, outcome="model_error", error=str(exc))
     latency_ms = int((time.monotonic() - called) * 1000)
     outcome, loop = _commit(rt, claim, view, config, answer, latency_ms)
     if loop is not None:
-        return _end(rt, claim, SessionStatus.stopped, outcome="loop",
-                    error=f"{loop.kind}: {loop.message}")
-    logger.info("turn %s/%s %s in %.2fs (%d calls)", session_id, turn_no, outcome.value,
-                time.monotonic() - started, len(answer.calls))
+        return _end(
+            rt, claim, SessionStatus.stopped, outcome="loop", error=f"{loop.kind}: {loop.message}"
+        )
+    logger.info(
+        "turn %s/%s %s in %.2fs (%d calls)",
+        session_id,
+        turn_no,
+        outcome.value,
+        time.monotonic() - started,
+        len(answer.calls),
+    )
     return outcome
 
 
-def _commit(rt: Runtime, claim: lifecycle.Claim, view: lifecycle.SessionView, config: RunConfig,
-            answer: ModelTurn, latency_ms: int) -> tuple[TurnOutcome, limits.Loop | None]:
+def _commit(
+    rt: Runtime,
+    claim: lifecycle.Claim,
+    view: lifecycle.SessionView,
+    config: RunConfig,
+    answer: ModelTurn,
+    latency_ms: int,
+) -> tuple[TurnOutcome, limits.Loop | None]:
     """Commit the turn; returns its outcome and a loop that must now end the session."""
     now = rt.clock()
     profile = get_profile(view.profile)
     with rt.engine.begin() as conn:
         if not lifecycle.holds_lease(conn, claim=claim):
-            logger.warning("turn %s/%s fenced: lease epoch %s superseded",
-                           claim.session_id, claim.turn_no, claim.epoch)
+            logger.warning(
+                "turn %s/%s fenced: lease epoch %s superseded",
+                claim.session_id,
+                claim.turn_no,
+                claim.epoch,
+            )
             return TurnOutcome.fenced, None
-        ctx = ToolContext(conn=conn, session_id=claim.session_id, turn_no=claim.turn_no,
-                          profile=profile, now=now)
+        ctx = ToolContext(
+            conn=conn, session_id=claim.session_id, turn_no=claim.turn_no, profile=profile, now=now
+        )
         stored = history.elide_long_args(
-            answer.content, max_chars=STORED_ARG_CEILINGS * profile.artifact_max_bytes)
-        items: list[tuple[str, dict[str, Any]]] = [("model", {
-            "content": stored, "finish_reason": answer.finish_reason})]
+            answer.content, max_chars=STORED_ARG_CEILINGS * profile.artifact_max_bytes
+        )
+        items: list[tuple[str, dict[str, Any]]] = [
+            ("model", {"content": stored, "finish_reason": answer.finish_reason})
+        ]
         items += _run_tools(answer, ctx)
         if not answer.calls:
-            items.append(("nudge", {"reason": "no_tool_call",
-                                    "content": user_text(NO_CALL_NOTICE)}))
-        loop, warnings = (None, 0) if ctx.handed_off is not None else limits.find_loop(
-            [*view.events, *items], config)
+            items.append(
+                ("nudge", {"reason": "no_tool_call", "content": user_text(NO_CALL_NOTICE)})
+            )
+        loop, warnings = (
+            (None, 0)
+            if ctx.handed_off is not None
+            else limits.find_loop([*view.events, *items], config)
+        )
         if loop is not None and warnings == 0:
             # The first time, the agent is told what it repeats and what to do instead.
-            items.append(("nudge", {"reason": limits.LOOP_NUDGE, "kind": loop.kind,
-                                    "content": user_text(loop.message)}))
+            items.append(
+                (
+                    "nudge",
+                    {
+                        "reason": limits.LOOP_NUDGE,
+                        "kind": loop.kind,
+                        "content": user_text(loop.message),
+                    },
+                )
+            )
             loop = None
-        lifecycle.add_events(conn, session_id=claim.session_id, turn_no=claim.turn_no, items=items,
-                         now=now)
+        lifecycle.add_events(
+            conn, session_id=claim.session_id, turn_no=claim.turn_no, items=items, now=now
+        )
         usage = answer.usage
-        lifecycle.add_usage(conn, session_id=claim.session_id, run_id=view.run_id,
-                        turn_no=claim.turn_no, now=now, values={
-                            "model": view.model,
-                            "prompt_tokens": usage.prompt_tokens,
-                            "cached_tokens": usage.cached_tokens,
-                            "output_tokens": usage.output_tokens,
-                            "thoughts_tokens": usage.thoughts_tokens,
-                            "tool_use_tokens": usage.tool_use_tokens,
-                            "cost_usd": rt.prices.cost_usd(view.model, usage),
-                            "price_date": rt.prices.price(view.model).as_of,
-                            "latency_ms": latency_ms,
-                        })
+        lifecycle.add_usage(
+            conn,
+            session_id=claim.session_id,
+            run_id=view.run_id,
+            turn_no=claim.turn_no,
+            now=now,
+            values={
+                "model": view.model,
+                "prompt_tokens": usage.prompt_tokens,
+                "cached_tokens": usage.cached_tokens,
+                "output_tokens": usage.output_tokens,
+                "thoughts_tokens": usage.thoughts_tokens,
+                "tool_use_tokens": usage.tool_use_tokens,
+                "cost_usd": rt.prices.cost_usd(view.model, usage),
+                "price_date": rt.prices.price(view.model).as_of,
+                "latency_ms": latency_ms,
+            },
+        )
         verifying = ctx.handed_off is not None
         status = SessionStatus.verifying if verifying else SessionStatus.running
         committed = lifecycle.fence_turn(conn, claim=claim, now=now, status=status)
         assert committed, "the lease was checked under a row lock in this transaction"
         if verifying:
-            conn.execute(update(sessions).where(sessions.c.id == claim.session_id)
-                         .values(handoff_version_id=ctx.handed_off))
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == claim.session_id)
+                .values(handoff_version_id=ctx.handed_off)
+            )
     if loop is not None:
         return TurnOutcome.committed, loop
-    nxt = (lifecycle.Dispatch(claim.session_id, "verify", view.repair_round) if verifying
-           else lifecycle.Dispatch(claim.session_id, "turn", claim.turn_no + 1))
+    nxt = (
+        lifecycle.Dispatch(claim.session_id, "verify", view.repair_round)
+        if verifying
+        else lifecycle.Dispatch(claim.session_id, "turn", claim.turn_no + 1)
+    )
     rt.send_all([nxt])
     return TurnOutcome.committed, None
 
@@ -208,48 +285,74 @@ def _run_tools(answer: ModelTurn, ctx: ToolContext) -> list[tuple[str, dict[str,
         base = {"name": call.name, "call_id": call.id}
         try:
             if ctx.handed_off is not None:
-                raise ToolError("the artifact was already handed off in this turn",
-                                kind="after_handoff", hint="handoff must be the last call")
+                raise ToolError(
+                    "the artifact was already handed off in this turn",
+                    kind="after_handoff",
+                    hint="handoff must be the last call",
+                )
             output = run_tool(call, ctx)
         except ToolError as exc:
-            items.append(("tool_error", {**base, "kind": exc.kind,
-                                         "response": {"error": exc.to_result()}}))
+            items.append(
+                ("tool_error", {**base, "kind": exc.kind, "response": {"error": exc.to_result()}})
+            )
         else:
             items.append(("tool_result", {**base, "response": {"output": output}}))
     return items
 
 
-def _end(rt: Runtime, claim: lifecycle.Claim, status: SessionStatus, *, outcome: str,
-         error: str) -> TurnOutcome:
+def _end(
+    rt: Runtime, claim: lifecycle.Claim, status: SessionStatus, *, outcome: str, error: str
+) -> TurnOutcome:
     with rt.engine.begin() as conn:
-        ended = lifecycle.end_session(conn, session_id=claim.session_id, status=status,
-                                  now=rt.clock(), outcome=outcome, error=error,
-                                  epoch=claim.epoch)
+        ended = lifecycle.end_session(
+            conn,
+            session_id=claim.session_id,
+            status=status,
+            now=rt.clock(),
+            outcome=outcome,
+            error=error,
+            epoch=claim.epoch,
+        )
         if ended:
-            lifecycle.add_events(conn, session_id=claim.session_id, turn_no=claim.turn_no,
-                             items=[("ended", {"status": status.value, "outcome": outcome,
-                                               "error": error})], now=rt.clock())
+            lifecycle.add_events(
+                conn,
+                session_id=claim.session_id,
+                turn_no=claim.turn_no,
+                items=[("ended", {"status": status.value, "outcome": outcome, "error": error})],
+                now=rt.clock(),
+            )
     if not ended:
         return TurnOutcome.fenced
-    logger.info("session %s ended %s (%s) at turn %s", claim.session_id, status.value,
-                outcome, claim.turn_no)
+    logger.info(
+        "session %s ended %s (%s) at turn %s",
+        claim.session_id,
+        status.value,
+        outcome,
+        claim.turn_no,
+    )
     rt.flush_outbox()
     return TurnOutcome.ended
 
 
 def _record_run_stop(rt: Runtime, run_id: int, reason: str) -> None:
     with rt.engine.begin() as conn:
-        conn.execute(update(runs).where(runs.c.id == run_id, runs.c.stop_reason.is_(None))
-                     .values(stop_reason=reason))
+        conn.execute(
+            update(runs)
+            .where(runs.c.id == run_id, runs.c.stop_reason.is_(None))
+            .values(stop_reason=reason)
+        )
 
 
-def _retry_later(rt: Runtime, claim: lifecycle.Claim, exc: TransientError, retries: int, *,
-                 counts: bool) -> NoReturn:
+def _retry_later(
+    rt: Runtime, claim: lifecycle.Claim, exc: TransientError, retries: int, *, counts: bool
+) -> NoReturn:
     # The server's own retry delay wins; otherwise back off exponentially.
     delay_s = exc.delay_s if exc.delay_s is not None else backoff_s(rt, retries)
     with rt.engine.begin() as conn:
-        lifecycle.release_turn(conn, claim=claim, counted=counts,
-                           retry_at=rt.clock() + timedelta(seconds=delay_s))
-    logger.warning("turn %s/%s: %s; retrying in %.1fs", claim.session_id, claim.turn_no,
-                   exc, delay_s)
+        lifecycle.release_turn(
+            conn, claim=claim, counted=counts, retry_at=rt.clock() + timedelta(seconds=delay_s)
+        )
+    logger.warning(
+        "turn %s/%s: %s; retrying in %.1fs", claim.session_id, claim.turn_no, exc, delay_s
+    )
     raise TransientError(str(exc), delay_s=delay_s, counts=counts) from exc

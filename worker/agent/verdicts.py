@@ -52,22 +52,34 @@ def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | No
             select(s.c.handoff_version_id, _versions.c.content, runs.c.profile)
             .join(_versions, _versions.c.id == s.c.handoff_version_id)
             .join(runs, runs.c.id == s.c.run_id)
-            .where(s.c.id == session_id, s.c.status == SessionStatus.verifying.value,
-                   s.c.repair_round == round_no)
+            .where(
+                s.c.id == session_id,
+                s.c.status == SessionStatus.verifying.value,
+                s.c.repair_round == round_no,
+            )
         ).first()
     if row is None:
         return None
-    return Handoff(session_id, round_no, row.handoff_version_id, row.content,
-                   get_profile(row.profile).artifact_max_bytes, row.profile)
+    return Handoff(
+        session_id,
+        round_no,
+        row.handoff_version_id,
+        row.content,
+        get_profile(row.profile).artifact_max_bytes,
+        row.profile,
+    )
 
 
 def feedback_text(checks: list[dict[str, Any]], *, round_no: int, rounds: int) -> str:
     """The verifier's findings as the agent's next user message."""
     lines = [f"- {c['name']}: {c['detail']}" for c in checks if not c.get("passed")]
-    return (f"The verifier rejected the artifact (repair round {round_no + 1} of {rounds}). "
-            "Findings:\n" + "\n".join(lines)
-            + "\nRepair the same artifact in place with manage_artifact(action=\"edit\", "
-            "expected_version=...) and hand it off again.")
+    return (
+        f"The verifier rejected the artifact (repair round {round_no + 1} of {rounds}). "
+        "Findings:\n"
+        + "\n".join(lines)
+        + '\nRepair the same artifact in place with manage_artifact(action="edit", '
+        "expected_version=...) and hand it off again."
+    )
 
 
 def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
@@ -82,38 +94,70 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
         row = conn.execute(
             select(s.c.next_turn, s.c.run_id, runs.c.config)
             .join(runs, runs.c.id == s.c.run_id)
-            .where(s.c.id == handoff.session_id, s.c.status == SessionStatus.verifying.value,
-                   s.c.repair_round == handoff.round)
+            .where(
+                s.c.id == handoff.session_id,
+                s.c.status == SessionStatus.verifying.value,
+                s.c.repair_round == handoff.round,
+            )
             .with_for_update(of=s)
         ).first()
         if row is None:
             return "duplicate"
-        conn.execute(insert(verifications).values(
-            session_id=handoff.session_id, artifact_version_id=handoff.version_id,
-            round=handoff.round, passed=verdict.passed, method=verdict.method,
-            checks=verdict.checks, fps=verdict.fps, screenshot_png=verdict.screenshot_png,
-            elapsed_ms=verdict.elapsed_ms, created_at=now))
+        conn.execute(
+            insert(verifications).values(
+                session_id=handoff.session_id,
+                artifact_version_id=handoff.version_id,
+                round=handoff.round,
+                passed=verdict.passed,
+                method=verdict.method,
+                checks=verdict.checks,
+                fps=verdict.fps,
+                screenshot_png=verdict.screenshot_png,
+                elapsed_ms=verdict.elapsed_ms,
+                created_at=now,
+            )
+        )
         rounds = RunConfig.model_validate(row.config).repair_rounds
         if verdict.passed:
             result = "succeeded"
-            lifecycle.end_session(conn, session_id=handoff.session_id,
-                              status=SessionStatus.succeeded, outcome="verified", now=now)
+            lifecycle.end_session(
+                conn,
+                session_id=handoff.session_id,
+                status=SessionStatus.succeeded,
+                outcome="verified",
+                now=now,
+            )
         elif handoff.round < rounds:
             result = "repair"
-            conn.execute(update(s).where(s.c.id == handoff.session_id).values(
-                status=SessionStatus.running.value, repair_round=handoff.round + 1,
-                dispatched_at=now))
+            conn.execute(
+                update(s)
+                .where(s.c.id == handoff.session_id)
+                .values(
+                    status=SessionStatus.running.value,
+                    repair_round=handoff.round + 1,
+                    dispatched_at=now,
+                )
+            )
             text = feedback_text(verdict.checks, round_no=handoff.round, rounds=rounds)
-            lifecycle.add_events(conn, session_id=handoff.session_id, turn_no=row.next_turn,
-                             items=[("feedback", {"content": user_text(text),
-                                                  "round": handoff.round})], now=now)
+            lifecycle.add_events(
+                conn,
+                session_id=handoff.session_id,
+                turn_no=row.next_turn,
+                items=[("feedback", {"content": user_text(text), "round": handoff.round})],
+                now=now,
+            )
             nxt = lifecycle.Dispatch(handoff.session_id, "turn", row.next_turn)
         else:
             result = "failed"
             failed = ", ".join(c["name"] for c in verdict.checks if not c.get("passed"))
-            lifecycle.end_session(conn, session_id=handoff.session_id, status=SessionStatus.failed,
-                              outcome="failed_verification", now=now,
-                              error=f"verification failed after {rounds} repair rounds: {failed}")
+            lifecycle.end_session(
+                conn,
+                session_id=handoff.session_id,
+                status=SessionStatus.failed,
+                outcome="failed_verification",
+                now=now,
+                error=f"verification failed after {rounds} repair rounds: {failed}",
+            )
     logger.info("session %s verdict round %s: %s", handoff.session_id, handoff.round, result)
     if nxt is not None:
         rt.send_all([nxt])

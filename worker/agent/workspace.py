@@ -36,9 +36,13 @@ class PlanEntry:
 def get_artifact(conn: Connection, *, session_id: int, name: str) -> ArtifactState | None:
     """The current state of a session's artifact, or None if it never existed."""
     row = conn.execute(
-        select(artifacts.c.id, artifacts.c.name, artifacts.c.version, artifacts.c.content,
-               artifacts.c.deleted_at)
-        .where(artifacts.c.session_id == session_id, artifacts.c.name == name)
+        select(
+            artifacts.c.id,
+            artifacts.c.name,
+            artifacts.c.version,
+            artifacts.c.content,
+            artifacts.c.deleted_at,
+        ).where(artifacts.c.session_id == session_id, artifacts.c.name == name)
     ).first()
     if row is None:
         return None
@@ -74,18 +78,32 @@ def write_artifact(
     if expected_version is None:
         result = conn.execute(
             insert(artifacts)
-            .values(session_id=session_id, name=name, version=1, content=content,
-                    size_bytes=size_bytes, updated_at=now)
+            .values(
+                session_id=session_id,
+                name=name,
+                version=1,
+                content=content,
+                size_bytes=size_bytes,
+                updated_at=now,
+            )
             .returning(artifacts.c.id)
         )
         artifact_id, version = result.scalar_one(), 1
     else:
         row = conn.execute(
             update(artifacts)
-            .where(artifacts.c.session_id == session_id, artifacts.c.name == name,
-                   artifacts.c.version == expected_version)
-            .values(version=expected_version + 1, content=content, size_bytes=size_bytes,
-                    updated_at=now, deleted_at=None)
+            .where(
+                artifacts.c.session_id == session_id,
+                artifacts.c.name == name,
+                artifacts.c.version == expected_version,
+            )
+            .values(
+                version=expected_version + 1,
+                content=content,
+                size_bytes=size_bytes,
+                updated_at=now,
+                deleted_at=None,
+            )
             .returning(artifacts.c.id)
         ).first()
         if row is None:
@@ -93,16 +111,21 @@ def write_artifact(
         artifact_id, version = row.id, expected_version + 1
     conn.execute(
         insert(versions).values(
-            artifact_id=artifact_id, version=version, turn_no=turn_no, content=content,
-            sha256=hashlib.sha256(content.encode()).hexdigest(), size_bytes=size_bytes,
+            artifact_id=artifact_id,
+            version=version,
+            turn_no=turn_no,
+            content=content,
+            sha256=hashlib.sha256(content.encode()).hexdigest(),
+            size_bytes=size_bytes,
             created_at=now,
         )
     )
     return version
 
 
-def mark_deleted(conn: Connection, *, artifact_id: int, expected_version: int,
-                 now: datetime) -> bool:
+def mark_deleted(
+    conn: Connection, *, artifact_id: int, expected_version: int, now: datetime
+) -> bool:
     """Soft-delete an artifact (its versions stay); False when the CAS lost."""
     result = conn.execute(
         update(artifacts)
@@ -116,8 +139,9 @@ def version_id(conn: Connection, *, artifact_id: int, version: int) -> int:
     """Primary key of one artifact version."""
     return int(
         conn.execute(
-            select(versions.c.id).where(versions.c.artifact_id == artifact_id,
-                                        versions.c.version == version)
+            select(versions.c.id).where(
+                versions.c.artifact_id == artifact_id, versions.c.version == version
+            )
         ).scalar_one()
     )
 
@@ -137,8 +161,16 @@ def set_plan(conn: Connection, *, session_id: int, items: list[str], turn_no: in
     conn.execute(delete(plans).where(plans.c.session_id == session_id))
     conn.execute(
         insert(plans),
-        [{"session_id": session_id, "item_no": i, "text": text, "done": False,
-          "set_turn": turn_no} for i, text in enumerate(items, start=1)],
+        [
+            {
+                "session_id": session_id,
+                "item_no": i,
+                "text": text,
+                "done": False,
+                "set_turn": turn_no,
+            }
+            for i, text in enumerate(items, start=1)
+        ],
     )
 
 

@@ -39,12 +39,18 @@ class CeleryDispatcher:
         """Send one task."""
         countdown = delay_s if delay_s > 0 else None
         if item.kind == "turn":
-            self.app.send_task(TURN_TASK, kwargs={"session_id": item.session_id,
-                                                  "turn_no": item.number},
-                               task_id=f"turn:{item.session_id}:{item.number}",
-                               queue=SESSIONS_QUEUE, countdown=countdown)
+            self.app.send_task(
+                TURN_TASK,
+                kwargs={"session_id": item.session_id, "turn_no": item.number},
+                task_id=f"turn:{item.session_id}:{item.number}",
+                queue=SESSIONS_QUEUE,
+                countdown=countdown,
+            )
         else:
-            self.app.send_task(VERIFY_TASK, kwargs={"session_id": item.session_id,
-                                                    "round_no": item.number},
-                               task_id=f"verify:{item.session_id}:{item.number}",
-                               queue=VERIFY_QUEUE, countdown=countdown)
+            self.app.send_task(
+                VERIFY_TASK,
+                kwargs={"session_id": item.session_id, "round_no": item.number},
+                task_id=f"verify:{item.session_id}:{item.number}",
+                queue=VERIFY_QUEUE,
+                countdown=countdown,
+            )

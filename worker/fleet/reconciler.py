@@ -38,10 +38,12 @@ def reconcile_once(rt: Runtime) -> int:
         due = conn.execute(
             update(s)
             .where(
-                (running & ((s.c.lease_expires_at.is_(None)) | (s.c.lease_expires_at < now))
-                 & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale)))
-                | (verifying & ((s.c.dispatched_at.is_(None))
-                                | (s.c.dispatched_at < stale_verify)))
+                (
+                    running
+                    & ((s.c.lease_expires_at.is_(None)) | (s.c.lease_expires_at < now))
+                    & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale))
+                )
+                | (verifying & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale_verify)))
             )
             .values(dispatched_at=now)
             .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)

@@ -51,8 +51,13 @@ class Runtime:
                 self.dispatcher.send(item)
                 sent += 1
             except Exception:  # the broker may be down; the database still says it is due
-                logger.warning("could not send %s %s/%s; the reconciler will",
-                               item.kind, item.session_id, item.number, exc_info=True)
+                logger.warning(
+                    "could not send %s %s/%s; the reconciler will",
+                    item.kind,
+                    item.session_id,
+                    item.number,
+                    exc_info=True,
+                )
         return sent
 
     def flush_outbox(self, run_id: int | None = None) -> int:

@@ -111,8 +111,9 @@ class SampleBuffer:
         return items
 
 
-def rows_for(reading: Reading, *, host: str, pid: int,
-             run_of: Mapping[int, int]) -> list[dict[str, Any]]:
+def rows_for(
+    reading: Reading, *, host: str, pid: int, run_of: Mapping[int, int]
+) -> list[dict[str, Any]]:
     """The ``samples`` rows of one reading: one per run in flight, one without a run if idle.
 
     Sessions whose run is unknown (deleted since) are left out; a reading with only those
@@ -120,19 +121,39 @@ def rows_for(reading: Reading, *, host: str, pid: int,
     """
     run_ids: Iterable[int | None] = (
         sorted({run_of[s] for s in reading.session_ids if s in run_of})
-        if reading.session_ids else [None])
-    return [{"run_id": run_id, "host": host, "pid": pid, "role": reading.role.value,
-             "at": reading.at, "rss_bytes": reading.rss_bytes,
-             "cpu_percent": reading.cpu_percent, "threads": reading.threads}
-            for run_id in run_ids]
+        if reading.session_ids
+        else [None]
+    )
+    return [
+        {
+            "run_id": run_id,
+            "host": host,
+            "pid": pid,
+            "role": reading.role.value,
+            "at": reading.at,
+            "rss_bytes": reading.rss_bytes,
+            "cpu_percent": reading.cpu_percent,
+            "threads": reading.threads,
+        }
+        for run_id in run_ids
+    ]
 
 
 class Sampler:
     """Measures one process every ``interval_s``; writes batches at least every ``flush_s``."""
 
-    def __init__(self, *, engine: Engine, role: Role, browser: bool, interval_s: float,
-                 flush_s: float, in_flight: InFlight, max_buffered: int = DEFAULT_MAX_BUFFERED,
-                 process: psutil.Process | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        role: Role,
+        browser: bool,
+        interval_s: float,
+        flush_s: float,
+        in_flight: InFlight,
+        max_buffered: int = DEFAULT_MAX_BUFFERED,
+        process: psutil.Process | None = None,
+    ) -> None:
         self.engine = engine
         self.role = role
         self.browser = browser
@@ -181,9 +202,16 @@ class Sampler:
         at = utcnow()
         session_ids = self.in_flight.snapshot()
         with self.process.oneshot():
-            readings = [Reading(self.role, at, self.process.memory_info().rss,
-                                self.process.cpu_percent(None), self.process.num_threads(),
-                                session_ids)]
+            readings = [
+                Reading(
+                    self.role,
+                    at,
+                    self.process.memory_info().rss,
+                    self.process.cpu_percent(None),
+                    self.process.num_threads(),
+                    session_ids,
+                )
+            ]
         tree = self._measure_descendants() if self.browser else None
         if tree is not None:
             readings.append(Reading(Role.browser, at, *tree, session_ids))
@@ -194,15 +222,18 @@ class Sampler:
         found = {p.pid: p for p in self.process.children(recursive=True)}
         # Keep the Process objects already seen: cpu_percent() counts from their last call.
         # A new one reads 0.0 once; psutil compares creation times, so a reused pid is new.
-        self._children = {pid: self._children[pid] if self._children.get(pid) == p else p
-                          for pid, p in found.items()}
+        self._children = {
+            pid: self._children[pid] if self._children.get(pid) == p else p
+            for pid, p in found.items()
+        }
         totals: list[tuple[int, float, int]] = []
         for proc in self._children.values():
             try:
                 with proc.oneshot():
                     if proc.status() != psutil.STATUS_ZOMBIE:  # dead, not yet reaped
-                        totals.append((proc.memory_info().rss, proc.cpu_percent(None),
-                                       proc.num_threads()))
+                        totals.append(
+                            (proc.memory_info().rss, proc.cpu_percent(None), proc.num_threads())
+                        )
             except psutil.Error:  # exited between the listing and the reading
                 continue
         if not totals:
@@ -218,16 +249,24 @@ class Sampler:
         try:
             with self.engine.begin() as conn:
                 self._resolve_runs(conn, set[int]().union(*(r.session_ids for r in batch)))
-                rows = [row for r in batch for row in
-                        rows_for(r, host=self.host, pid=self.pid, run_of=self._run_of)]
+                rows = [
+                    row
+                    for r in batch
+                    for row in rows_for(r, host=self.host, pid=self.pid, run_of=self._run_of)
+                ]
                 if rows:
                     conn.execute(insert(samples), rows)
         except Exception as exc:  # the database may be down; the worker must carry on
             self.buffer.add(batch, oldest=True)
-            logger.warning("could not write %d resource samples (%s); keeping the newest %d "
-                           "of at most %d, %d dropped so far", len(batch),
-                           str(exc).partition("\n")[0], len(self.buffer.items),
-                           self.buffer.max_len, self.buffer.dropped)
+            logger.warning(
+                "could not write %d resource samples (%s); keeping the newest %d "
+                "of at most %d, %d dropped so far",
+                len(batch),
+                str(exc).partition("\n")[0],
+                len(self.buffer.items),
+                self.buffer.max_len,
+                self.buffer.dropped,
+            )
             return 0
         self.buffer.dropped = 0
         return len(rows)
@@ -238,8 +277,9 @@ class Sampler:
             self._run_of.clear()
         missing = session_ids - self._run_of.keys()
         if missing:
-            found = conn.execute(select(sessions.c.id, sessions.c.run_id)
-                                 .where(sessions.c.id.in_(missing))).all()
+            found = conn.execute(
+                select(sessions.c.id, sessions.c.run_id).where(sessions.c.id.in_(missing))
+            ).all()
             self._run_of.update({row.id: row.run_id for row in found})
 
 
@@ -262,13 +302,20 @@ def start_sampler(*, engine: Engine, settings: Settings, queues: Iterable[str]) 
         if _sampler is None or _sampler.pid != os.getpid():
             consumed = set(queues)
             _sampler = Sampler(
-                engine=engine, in_flight=_in_flight,
+                engine=engine,
+                in_flight=_in_flight,
                 role=Role.sessions if SESSIONS_QUEUE in consumed else Role.verify,
-                browser=VERIFY_QUEUE in consumed, interval_s=settings.sample_interval_s,
-                flush_s=settings.sample_flush_s)
+                browser=VERIFY_QUEUE in consumed,
+                interval_s=settings.sample_interval_s,
+                flush_s=settings.sample_flush_s,
+            )
             _sampler.start()
-            logger.info("sampling process %s as %s every %gs", _sampler.pid,
-                        _sampler.role.value, _sampler.interval_s)
+            logger.info(
+                "sampling process %s as %s every %gs",
+                _sampler.pid,
+                _sampler.role.value,
+                _sampler.interval_s,
+            )
         return _sampler
 
 

@@ -41,8 +41,9 @@ def check_model(model: str, prices: PriceTable) -> None:
         ConfigError: with what would work instead.
     """
     if model != SIM and not model.startswith(GEMINI_PREFIX):
-        raise ConfigError(f"no provider serves model {model!r}; use {SIM!r} or a "
-                          f"{GEMINI_PREFIX}* model")
+        raise ConfigError(
+            f"no provider serves model {model!r}; use {SIM!r} or a {GEMINI_PREFIX}* model"
+        )
     prices.price(model)
 
 
@@ -67,16 +68,24 @@ class Providers:
         config = RunConfig.model_validate(view.run_config)
         if view.model == SIM:
             return SimModel(
-                seed=config.seed, index=view.index, persona=Persona(view.persona),
-                latency_ms=config.sim_latency_ms, design_seed=view.brief["design_seed"],
+                seed=config.seed,
+                index=view.index,
+                persona=Persona(view.persona),
+                latency_ms=config.sim_latency_ms,
+                design_seed=view.brief["design_seed"],
                 title=view.brief["title"],
                 flaw=flaw_for(config.sim_flaw_rate, config.seed, view.index),
-                metrics=tuple(view.brief["metrics"]))
+                metrics=tuple(view.brief["metrics"]),
+            )
         if view.model.startswith(GEMINI_PREFIX):
             s = self.settings
-            return GeminiModel(client=self.client, limiter=self.limiter,
-                               thinking_level=s.thinking_level,
-                               thinking_budget=s.thinking_budget, wait_s=s.limiter_wait_s)
+            return GeminiModel(
+                client=self.client,
+                limiter=self.limiter,
+                thinking_level=s.thinking_level,
+                thinking_budget=s.thinking_budget,
+                wait_s=s.limiter_wait_s,
+            )
         raise ConfigError(f"no provider serves model {view.model!r}")
 
     @cached_property
@@ -84,32 +93,51 @@ class Providers:
         """The Gemini client, built on first use and shared by every turn of the process."""
         key = self.settings.gemini_api_key
         if key is None or not key.get_secret_value():
-            raise ConfigError("no Gemini API key: set GEMINI_API_KEY (or GOOGLE_API_KEY) "
-                              "in the worker's environment")
+            raise ConfigError(
+                "no Gemini API key: set GEMINI_API_KEY (or GOOGLE_API_KEY) "
+                "in the worker's environment"
+            )
         with self._lock:
-            return make_client(api_key=key.get_secret_value(),
-                               base_url=self.settings.gemini_base_url,
-                               timeout_s=self.settings.gemini_timeout_s)
+            return make_client(
+                api_key=key.get_secret_value(),
+                base_url=self.settings.gemini_base_url,
+                timeout_s=self.settings.gemini_timeout_s,
+            )
 
     @cached_property
     def limiter(self) -> Limiter:
         """The fleet-wide limiter: in Redis with a Redis broker, in-process otherwise."""
         s = self.settings
-        config = LimitConfig(max_concurrency=s.model_concurrency, requests_per_minute=s.model_rpm,
-                             tokens_per_minute=s.model_tpm,
-                             slot_ttl_s=s.gemini_timeout_s + s.limiter_wait_s + 30)
+        config = LimitConfig(
+            max_concurrency=s.model_concurrency,
+            requests_per_minute=s.model_rpm,
+            tokens_per_minute=s.model_tpm,
+            slot_ttl_s=s.gemini_timeout_s + s.limiter_wait_s + 30,
+        )
         if s.broker_url.startswith(("redis://", "rediss://")):
-            client = redis.Redis.from_url(s.broker_url, socket_timeout=5,
-                                          socket_connect_timeout=5)
+            client = redis.Redis.from_url(s.broker_url, socket_timeout=5, socket_connect_timeout=5)
             return RedisLimiter(client, config, prefix=s.limiter_prefix)
         return LocalLimiter(config)
 
-    def create_cache(self, *, model: str, system_instruction: str, tools: tuple[ToolSpec, ...],
-                     tool_mode: str, display_name: str) -> CachedPrefix:
+    def create_cache(
+        self,
+        *,
+        model: str,
+        system_instruction: str,
+        tools: tuple[ToolSpec, ...],
+        tool_mode: str,
+        display_name: str,
+    ) -> CachedPrefix:
         """Cache a run's stable prefix at the Gemini API (see ``client.create_cache``)."""
-        return create_cache(self.client, model=model, system_instruction=system_instruction,
-                            tools=tools, tool_mode=tool_mode, ttl_s=self.settings.cache_ttl_s,
-                            display_name=display_name)
+        return create_cache(
+            self.client,
+            model=model,
+            system_instruction=system_instruction,
+            tools=tools,
+            tool_mode=tool_mode,
+            ttl_s=self.settings.cache_ttl_s,
+            display_name=display_name,
+        )
 
     def delete_cache(self, name: str) -> None:
         """Delete an explicit cache at the Gemini API."""
@@ -123,8 +151,11 @@ class Providers:
             return {"model": model, "error": str(exc)}
         out = asdict(state)
         out["cooldown_until"] = _iso(state.cooldown_until)
-        out["paused"] = ({"until": _iso(state.paused.until), "reason": state.paused.reason}
-                         if state.paused else None)
+        out["paused"] = (
+            {"until": _iso(state.paused.until), "reason": state.paused.reason}
+            if state.paused
+            else None
+        )
         return out
 
 

@@ -34,21 +34,34 @@ def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
     status = _status(conn, run_id)
     if status == RunStatus.finished.value:
         raise InputError(f"run {run_id} has already finished")
-    conn.execute(update(runs).where(runs.c.id == run_id).values(
-        status=RunStatus.cancelled.value,
-        stop_reason=runs.c.stop_reason if status == RunStatus.cancelled.value
-        else "cancelled by a user"))
-    rows = conn.execute(select(sessions.c.id, sessions.c.status, sessions.c.lease_expires_at)
-                        .where(sessions.c.run_id == run_id,
-                               sessions.c.status.in_(lifecycle.ACTIVE))
-                        .with_for_update()).all()
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id)
+        .values(
+            status=RunStatus.cancelled.value,
+            stop_reason=runs.c.stop_reason
+            if status == RunStatus.cancelled.value
+            else "cancelled by a user",
+        )
+    )
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.status, sessions.c.lease_expires_at)
+        .where(sessions.c.run_id == run_id, sessions.c.status.in_(lifecycle.ACTIVE))
+        .with_for_update()
+    ).all()
     ended = in_flight = 0
     for row in rows:
         leased = row.lease_expires_at is not None and row.lease_expires_at > now
         if row.status == SessionStatus.running.value and leased:
             in_flight += 1
-        elif lifecycle.end_session(conn, session_id=row.id, status=SessionStatus.cancelled,
-                               now=now, outcome="cancelled", error="the run was cancelled"):
+        elif lifecycle.end_session(
+            conn,
+            session_id=row.id,
+            status=SessionStatus.cancelled,
+            now=now,
+            outcome="cancelled",
+            error="the run was cancelled",
+        ):
             ended += 1
     return Cancelled(ended, in_flight)
 
@@ -65,12 +78,21 @@ def cancel_ladder(conn: Connection, *, ladder_id: int, now: datetime) -> Cancell
         raise LadderNotFound(f"no ladder L{ladder_id}")
     if status == RunStatus.finished.value:
         raise InputError(f"ladder L{ladder_id} has already finished")
-    conn.execute(update(ladders).where(ladders.c.id == ladder_id)
-                 .values(status=RunStatus.cancelled.value))
-    open_runs = conn.execute(select(runs.c.id).where(
-        runs.c.ladder_id == ladder_id,
-        runs.c.status.in_([RunStatus.pending.value, RunStatus.running.value]))
-        .order_by(runs.c.id)).scalars().all()
+    conn.execute(
+        update(ladders).where(ladders.c.id == ladder_id).values(status=RunStatus.cancelled.value)
+    )
+    open_runs = (
+        conn.execute(
+            select(runs.c.id)
+            .where(
+                runs.c.ladder_id == ladder_id,
+                runs.c.status.in_([RunStatus.pending.value, RunStatus.running.value]),
+            )
+            .order_by(runs.c.id)
+        )
+        .scalars()
+        .all()
+    )
     done = [cancel_run(conn, run_id=run_id, now=now) for run_id in open_runs]
     return Cancelled(sum(d.ended for d in done), sum(d.in_flight for d in done))
 
@@ -87,20 +109,26 @@ def resume_run(conn: Connection, *, run_id: int, now: datetime) -> list[lifecycl
     """
     if _status(conn, run_id) == RunStatus.finished.value:
         raise InputError(f"run {run_id} has already finished; nothing to resume")
-    conn.execute(update(runs).where(runs.c.id == run_id,
-                                    runs.c.status == RunStatus.cancelled.value)
-                 .values(status=RunStatus.running.value, stop_reason=None))
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id, runs.c.status == RunStatus.cancelled.value)
+        .values(status=RunStatus.running.value, stop_reason=None)
+    )
     rows = conn.execute(
         update(sessions)
-        .where(sessions.c.run_id == run_id,
-               sessions.c.status.in_([SessionStatus.running.value,
-                                      SessionStatus.verifying.value]))
+        .where(
+            sessions.c.run_id == run_id,
+            sessions.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
+        )
         .values(dispatched_at=now)
-        .returning(sessions.c.id, sessions.c.status, sessions.c.next_turn,
-                   sessions.c.repair_round)).all()
+        .returning(sessions.c.id, sessions.c.status, sessions.c.next_turn, sessions.c.repair_round)
+    ).all()
     dispatches = [
-        lifecycle.Dispatch(r.id, "verify", r.repair_round) if r.status == SessionStatus.verifying
-        else lifecycle.Dispatch(r.id, "turn", r.next_turn) for r in sorted(rows)]
+        lifecycle.Dispatch(r.id, "verify", r.repair_round)
+        if r.status == SessionStatus.verifying
+        else lifecycle.Dispatch(r.id, "turn", r.next_turn)
+        for r in sorted(rows)
+    ]
     return dispatches + lifecycle.take_outbox(conn, now=now, run_id=run_id)
 
 

@@ -113,8 +113,10 @@ def require_migrated(engine: Engine) -> None:
 def notify_run(conn: Connection, run_id: int) -> None:
     """Announce that run ``run_id`` changed, when the transaction commits (PostgreSQL only)."""
     if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_notify(:channel, :payload)"),
-                     {"channel": RUN_CHANNEL, "payload": str(run_id)})
+        conn.execute(
+            text("SELECT pg_notify(:channel, :payload)"),
+            {"channel": RUN_CHANNEL, "payload": str(run_id)},
+        )
 
 
 @contextmanager
@@ -146,8 +148,10 @@ class RunListener:
         if self._conn is None:
             time.sleep(timeout_s)
             return set()
-        changed = {int(n.payload) for n in self._conn.driver_connection.notifies(
-            timeout=timeout_s, stop_after=1)}
+        changed = {
+            int(n.payload)
+            for n in self._conn.driver_connection.notifies(timeout=timeout_s, stop_after=1)
+        }
         return changed
 
     def close(self) -> None:

@@ -84,8 +84,9 @@ def claim_turn(
     return Claim(session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at)
 
 
-def release_turn(conn: Connection, *, claim: Claim, retry_at: datetime,
-                 counted: bool = True) -> bool:
+def release_turn(
+    conn: Connection, *, claim: Claim, retry_at: datetime, counted: bool = True
+) -> bool:
     """Hand the lease back without committing the turn, before a retry at ``retry_at``.
 
     ``turn_attempts`` counts claims that vanished without a commit or a release (a worker
@@ -95,9 +96,13 @@ def release_turn(conn: Connection, *, claim: Claim, retry_at: datetime,
     result = conn.execute(
         update(sessions)
         .where(sessions.c.id == claim.session_id, sessions.c.lease_epoch == claim.epoch)
-        .values(lease_owner=None, lease_expires_at=None, dispatched_at=retry_at,
-                turn_attempts=sessions.c.turn_attempts - 1,
-                model_retries=sessions.c.model_retries + (1 if counted else 0))
+        .values(
+            lease_owner=None,
+            lease_expires_at=None,
+            dispatched_at=retry_at,
+            turn_attempts=sessions.c.turn_attempts - 1,
+            model_retries=sessions.c.model_retries + (1 if counted else 0),
+        )
     )
     return result.rowcount == 1
 
@@ -132,8 +137,11 @@ def holds_lease(conn: Connection, *, claim: Claim) -> bool:
     """True while ``claim`` is the session's current lease (locks the row on PostgreSQL)."""
     row = conn.execute(
         select(sessions.c.id)
-        .where(sessions.c.id == claim.session_id, sessions.c.lease_epoch == claim.epoch,
-               sessions.c.next_turn == claim.turn_no)
+        .where(
+            sessions.c.id == claim.session_id,
+            sessions.c.lease_epoch == claim.epoch,
+            sessions.c.next_turn == claim.turn_no,
+        )
         .with_for_update()
     ).first()
     return row is not None
@@ -214,8 +222,13 @@ def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datet
 
 def wave_start(run_id: int, index: int, now: datetime) -> dict[str, Any]:
     """The outbox row that starts wave ``index`` of a run (its key makes it unique)."""
-    return {"key": f"run:{run_id}:wave:{index}", "run_id": run_id, "kind": START_WAVE,
-            "payload": {"index": index}, "created_at": now}
+    return {
+        "key": f"run:{run_id}:wave:{index}",
+        "run_id": run_id,
+        "kind": START_WAVE,
+        "payload": {"index": index},
+        "created_at": now,
+    }
 
 
 def _next_in_ladder(conn: Connection, *, run_id: int, now: datetime) -> None:
@@ -224,20 +237,36 @@ def _next_in_ladder(conn: Connection, *, run_id: int, now: datetime) -> None:
     ladder_id = conn.execute(select(runs.c.ladder_id).where(runs.c.id == run_id)).scalar()
     if ladder_id is None:
         return
-    nxt = conn.execute(select(runs.c.id).where(
-        runs.c.ladder_id == ladder_id, runs.c.status == RunStatus.pending.value,
-        runs.c.id > run_id).order_by(runs.c.id).limit(1)).scalar()
+    nxt = conn.execute(
+        select(runs.c.id)
+        .where(
+            runs.c.ladder_id == ladder_id,
+            runs.c.status == RunStatus.pending.value,
+            runs.c.id > run_id,
+        )
+        .order_by(runs.c.id)
+        .limit(1)
+    ).scalar()
     if nxt is not None:
         conn.execute(insert(outbox).values(wave_start(nxt, 1, now)))
         notify_run(conn, nxt)
     else:
-        conn.execute(update(ladders).where(ladders.c.id == ladder_id).values(
-            status=RunStatus.finished.value, finished_at=now))
+        conn.execute(
+            update(ladders)
+            .where(ladders.c.id == ladder_id)
+            .values(status=RunStatus.finished.value, finished_at=now)
+        )
 
 
 def _any_active(conn: Connection, run_id: int) -> bool:
-    return conn.execute(select(sessions.c.id).where(
-        sessions.c.run_id == run_id, sessions.c.status.in_(ACTIVE)).limit(1)).first() is not None
+    return (
+        conn.execute(
+            select(sessions.c.id)
+            .where(sessions.c.run_id == run_id, sessions.c.status.in_(ACTIVE))
+            .limit(1)
+        ).first()
+        is not None
+    )
 
 
 def start_wave(conn: Connection, *, run_id: int, index: int, now: datetime) -> list[Dispatch]:
@@ -269,8 +298,13 @@ def start_wave(conn: Connection, *, run_id: int, index: int, now: datetime) -> l
     return [Dispatch(r.id, "turn", r.next_turn) for r in sorted(started)]
 
 
-def take_outbox(conn: Connection, *, now: datetime, older_than: datetime | None = None,
-                run_id: int | None = None) -> list[Dispatch]:
+def take_outbox(
+    conn: Connection,
+    *,
+    now: datetime,
+    older_than: datetime | None = None,
+    run_id: int | None = None,
+) -> list[Dispatch]:
     """Process undispatched outbox rows: mark each dispatched and start its wave."""
     query = select(outbox.c.id, outbox.c.run_id, outbox.c.kind, outbox.c.payload).where(
         outbox.c.dispatched_at.is_(None)
@@ -318,8 +352,14 @@ def add_events(
     conn.execute(
         insert(events),
         [
-            {"session_id": session_id, "turn_no": turn_no, "seq": seq + i, "kind": kind,
-             "payload": payload, "created_at": now}
+            {
+                "session_id": session_id,
+                "turn_no": turn_no,
+                "seq": seq + i,
+                "kind": kind,
+                "payload": payload,
+                "created_at": now,
+            }
             for i, (kind, payload) in enumerate(items)
         ],
     )
@@ -348,11 +388,21 @@ class SessionView:
 def load_session(conn: Connection, *, session_id: int) -> SessionView:
     """Load a session, its run's settings and its events in log order."""
     row = conn.execute(
-        select(sessions.c.id, sessions.c.run_id, sessions.c.index.label("session_index"),
-               sessions.c.persona,
-               sessions.c.brief, sessions.c.status, sessions.c.next_turn,
-               sessions.c.repair_round, runs.c.model, runs.c.profile, runs.c.config,
-               runs.c.status.label("run_status"), runs.c.budget_usd)
+        select(
+            sessions.c.id,
+            sessions.c.run_id,
+            sessions.c.index.label("session_index"),
+            sessions.c.persona,
+            sessions.c.brief,
+            sessions.c.status,
+            sessions.c.next_turn,
+            sessions.c.repair_round,
+            runs.c.model,
+            runs.c.profile,
+            runs.c.config,
+            runs.c.status.label("run_status"),
+            runs.c.budget_usd,
+        )
         .join(runs, runs.c.id == sessions.c.run_id)
         .where(sessions.c.id == session_id)
     ).one()
@@ -362,16 +412,35 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
         .order_by(events.c.turn_no, events.c.seq)
     ).all()
     return SessionView(
-        id=row.id, run_id=row.run_id, index=row.session_index, persona=row.persona, brief=row.brief,
-        status=row.status, next_turn=row.next_turn, repair_round=row.repair_round,
-        model=row.model, profile=row.profile, run_config=row.config, run_status=row.run_status,
+        id=row.id,
+        run_id=row.run_id,
+        index=row.session_index,
+        persona=row.persona,
+        brief=row.brief,
+        status=row.status,
+        next_turn=row.next_turn,
+        repair_round=row.repair_round,
+        model=row.model,
+        profile=row.profile,
+        run_config=row.config,
+        run_status=row.run_status,
         run_budget_usd=row.budget_usd,
         events=[(e.kind, e.payload) for e in log],
     )
 
 
-def add_usage(conn: Connection, *, session_id: int, run_id: int, turn_no: int,
-              values: dict[str, Any], now: datetime) -> None:
+def add_usage(
+    conn: Connection,
+    *,
+    session_id: int,
+    run_id: int,
+    turn_no: int,
+    values: dict[str, Any],
+    now: datetime,
+) -> None:
     """Record the usage row of one committed turn."""
-    conn.execute(insert(usage).values(session_id=session_id, run_id=run_id, turn_no=turn_no,
-                                      created_at=now, **values))
+    conn.execute(
+        insert(usage).values(
+            session_id=session_id, run_id=run_id, turn_no=turn_no, created_at=now, **values
+        )
+    )

@@ -151,7 +151,8 @@ class Run(Base):
     budget_usd: Mapped[float | None] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16), default=RunStatus.pending.value)
     ladder_id: Mapped[int | None] = mapped_column(
-        ForeignKey("ladders.id", ondelete="CASCADE"), index=True)
+        ForeignKey("ladders.id", ondelete="CASCADE"), index=True
+    )
     tier: Mapped[str | None] = mapped_column(String(32))
     """The ladder tier this run is (``5x1``), or None for a run of its own."""
     stop_reason: Mapped[str | None] = mapped_column(Text)

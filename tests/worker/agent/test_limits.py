@@ -31,17 +31,23 @@ def _ok(name: str, **output: Any) -> tuple[str, dict[str, Any]]:
 
 
 def _error(kind: str) -> tuple[str, dict[str, Any]]:
-    return ("tool_error", {"name": "manage_artifact", "kind": kind,
-                           "response": {"error": {"kind": kind}}})
+    return (
+        "tool_error",
+        {"name": "manage_artifact", "kind": kind, "response": {"error": {"kind": kind}}},
+    )
 
 
 def test_a_normal_session_is_no_loop() -> None:
-    log = [_model(call("plan_manage", action="set", items=["a"])), _ok("plan_manage", items=[]),
-           _model(call("manage_artifact", action="create", name="d", content="x")),
-           _error("bad_arguments"),
-           _model(call("manage_artifact", action="create", name="d", content="y")),
-           _ok("manage_artifact", version=1, size_bytes=1),
-           _model(call("handoff", summary="s", artifact_name="d")), _ok("handoff")]
+    log = [
+        _model(call("plan_manage", action="set", items=["a"])),
+        _ok("plan_manage", items=[]),
+        _model(call("manage_artifact", action="create", name="d", content="x")),
+        _error("bad_arguments"),
+        _model(call("manage_artifact", action="create", name="d", content="y")),
+        _ok("manage_artifact", version=1, size_bytes=1),
+        _model(call("handoff", summary="s", artifact_name="d")),
+        _ok("handoff"),
+    ]
     assert find_loop(log, CONFIG) == (None, 0)
 
 
@@ -70,8 +76,10 @@ def test_consecutive_tool_errors_are_a_loop() -> None:
 def test_turns_without_writing_the_artifact_are_a_loop() -> None:
     log = []
     for i in range(6):
-        log += [_model(call("manage_artifact", action="get", name=f"n{i % 2}")),
-                _ok("manage_artifact", content="")]
+        log += [
+            _model(call("manage_artifact", action="get", name=f"n{i % 2}")),
+            _ok("manage_artifact", content=""),
+        ]
     loop, _ = find_loop(log, CONFIG)
     assert loop is not None and loop.kind == "no_progress"
     assert find_loop(log[:-2], CONFIG)[0] is None
@@ -104,8 +112,11 @@ def test_a_looping_session_is_warned_once_then_stopped(runtime: Runtime) -> None
     outcomes = _turns(runtime, sid, model)
     # Then it was told once, on the third turn, and stopped on the sixth
     with runtime.engine.connect() as conn:
-        nudges = conn.execute(select(events.c.turn_no, events.c.payload).where(
-            events.c.session_id == sid, events.c.kind == "nudge")).all()
+        nudges = conn.execute(
+            select(events.c.turn_no, events.c.payload).where(
+                events.c.session_id == sid, events.c.kind == "nudge"
+            )
+        ).all()
     assert [(t, p["kind"]) for t, p in nudges] == [(2, "repeat")]
     assert "plan_manage" in nudges[0].payload["content"]["parts"][0]["text"]
     assert outcomes == ["committed"] * 5 + ["ended"]
@@ -120,15 +131,28 @@ def test_the_explorer_persona_is_caught_within_a_few_turns(runtime: Runtime) -> 
     for seed in range(6):
         # Given an explorer, whichever way its dice fall
         _, (sid,) = make_run(runtime.engine, seed=seed)
-        model = SimModel(seed=seed, index=0, persona=Persona.explorer, latency_ms=0,
-                         design_seed=seed, title="Probe")
+        model = SimModel(
+            seed=seed,
+            index=0,
+            persona=Persona.explorer,
+            latency_ms=0,
+            design_seed=seed,
+            title="Probe",
+        )
         # When its turns run
         _turns(runtime, sid, model)
         row = _session(runtime, sid)
         # Then it was warned by its 7th turn, and either went to work or was stopped
         with runtime.engine.connect() as conn:
-            warned_at = conn.execute(select(events.c.turn_no).where(
-                events.c.session_id == sid, events.c.kind == "nudge")).scalars().all()
+            warned_at = (
+                conn.execute(
+                    select(events.c.turn_no).where(
+                        events.c.session_id == sid, events.c.kind == "nudge"
+                    )
+                )
+                .scalars()
+                .all()
+            )
         assert warned_at and warned_at[0] <= 6, (seed, warned_at)
         assert row.status in ("verifying", "stopped"), (seed, row.status)
         if row.status == "stopped":
@@ -138,8 +162,12 @@ def test_the_explorer_persona_is_caught_within_a_few_turns(runtime: Runtime) -> 
 
 
 def _costly(n: int) -> list[ModelTurn]:
-    return [model_turn(call("manage_artifact", action="create", name=f"p{i}.html",
-                            content=page(str(i)))) for i in range(n)]
+    return [
+        model_turn(
+            call("manage_artifact", action="create", name=f"p{i}.html", content=page(str(i)))
+        )
+        for i in range(n)
+    ]
 
 
 def test_the_run_budget_stops_new_turns_and_is_recorded(runtime: Runtime) -> None:
@@ -157,8 +185,10 @@ def test_the_run_budget_stops_new_turns_and_is_recorded(runtime: Runtime) -> Non
     assert reason is not None and reason.startswith("budget: spent $")
 
 
-@pytest.mark.parametrize(("limit", "outcome"), [({"max_tokens": 3000}, "max_tokens"),
-                                                ({"max_cost_usd": 0.001}, "max_cost")])
+@pytest.mark.parametrize(
+    ("limit", "outcome"),
+    [({"max_tokens": 3000}, "max_tokens"), ({"max_cost_usd": 0.001}, "max_cost")],
+)
 def test_session_spend_limits(runtime: Runtime, limit: dict[str, Any], outcome: str) -> None:
     # model_turn bills 1070 tokens and $0.00035 a turn
     _, (sid,) = make_run(runtime.engine, **limit)

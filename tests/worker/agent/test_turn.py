@@ -22,24 +22,25 @@ pytestmark = pytest.mark.services
 
 def _events(rt: Runtime, session_id: int) -> list[tuple[int, int, str, dict[str, Any]]]:
     with rt.engine.connect() as conn:
-        rows = conn.execute(select(events.c.turn_no, events.c.seq, events.c.kind,
-                                   events.c.payload)
-                            .where(events.c.session_id == session_id)
-                            .order_by(events.c.turn_no, events.c.seq)).all()
+        rows = conn.execute(
+            select(events.c.turn_no, events.c.seq, events.c.kind, events.c.payload)
+            .where(events.c.session_id == session_id)
+            .order_by(events.c.turn_no, events.c.seq)
+        ).all()
     return [tuple(r) for r in rows]  # type: ignore[misc]
 
 
 def _count(rt: Runtime, table: Any, *where: Any) -> int:
     with rt.engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(table).where(*where))
-                   .scalar_one())
+        return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
 
 def test_duplicate_turn_task_changes_nothing(runtime: Runtime) -> None:
     # Given a session whose turn 0 creates an artifact
     _, (sid,) = make_run(runtime.engine)
-    turn = model_turn(call("manage_artifact", action="create", name="dashboard.html",
-                           content=page()))
+    turn = model_turn(
+        call("manage_artifact", action="create", name="dashboard.html", content=page())
+    )
     # When the same turn task is delivered twice, the second after the first committed
     first = run_turn(rt=runtime, session_id=sid, turn_no=0, model=ScriptedModel([turn]))
     second = run_turn(rt=runtime, session_id=sid, turn_no=0, model=ScriptedModel([turn]))
@@ -60,8 +61,9 @@ def test_concurrent_duplicate_runs_the_turn_once(runtime: Runtime) -> None:
 
     def deliver() -> None:
         barrier.wait()
-        outcomes.append(run_turn(rt=runtime, session_id=sid, turn_no=0,
-                                 model=ScriptedModel([turn])).value)
+        outcomes.append(
+            run_turn(rt=runtime, session_id=sid, turn_no=0, model=ScriptedModel([turn])).value
+        )
 
     threads = [threading.Thread(target=deliver) for _ in range(2)]
     for t in threads:
@@ -78,23 +80,33 @@ def test_commit_from_a_fenced_worker_changes_nothing(runtime: Runtime) -> None:
     # Given worker A claimed turn 0 and is slow in its model call
     _, (sid,) = make_run(runtime.engine)
     b_turn = model_turn(call("plan_manage", action="set", items=["from B"]))
-    a_turn = model_turn(call("manage_artifact", action="create", name="dashboard.html",
-                             content=page("from A")))
-    rt_b = Runtime(settings=runtime.settings, engine=runtime.engine,
-                   dispatcher=runtime.dispatcher, owner="worker-b")
+    a_turn = model_turn(
+        call("manage_artifact", action="create", name="dashboard.html", content=page("from A"))
+    )
+    rt_b = Runtime(
+        settings=runtime.settings,
+        engine=runtime.engine,
+        dispatcher=runtime.dispatcher,
+        owner="worker-b",
+    )
     b_outcomes: list[str] = []
 
     def take_over(_: ModelRequest) -> None:
         # ...meanwhile its lease expires and worker B runs and commits the same turn
         with runtime.engine.begin() as conn:
-            conn.execute(update(sessions).where(sessions.c.id == sid)
-                         .values(lease_expires_at=runtime.clock().replace(year=2000)))
-        b_outcomes.append(run_turn(rt=rt_b, session_id=sid, turn_no=0,
-                                   model=ScriptedModel([b_turn])).value)
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == sid)
+                .values(lease_expires_at=runtime.clock().replace(year=2000))
+            )
+        b_outcomes.append(
+            run_turn(rt=rt_b, session_id=sid, turn_no=0, model=ScriptedModel([b_turn])).value
+        )
 
     # When A's model call returns and A tries to commit
-    a = run_turn(rt=runtime, session_id=sid, turn_no=0,
-                 model=ScriptedModel([a_turn], before=take_over))
+    a = run_turn(
+        rt=runtime, session_id=sid, turn_no=0, model=ScriptedModel([a_turn], before=take_over)
+    )
     # Then B's commit stands and A changed nothing
     assert b_outcomes == ["committed"]
     assert a.value == "fenced"
@@ -104,23 +116,44 @@ def test_commit_from_a_fenced_worker_changes_nothing(runtime: Runtime) -> None:
     assert _count(runtime, artifact_versions) == 0
     assert _count(runtime, usage, usage.c.session_id == sid) == 1
     with runtime.engine.connect() as conn:
-        row = conn.execute(select(sessions.c.next_turn, sessions.c.lease_epoch)
-                           .where(sessions.c.id == sid)).one()
+        row = conn.execute(
+            select(sessions.c.next_turn, sessions.c.lease_epoch).where(sessions.c.id == sid)
+        ).one()
     assert (row.next_turn, row.lease_epoch) == (1, 2)
 
 
 def test_stale_expected_version_returns_conflict_with_current_version(runtime: Runtime) -> None:
     # Given an artifact at version 2
     _, (sid,) = make_run(runtime.engine)
-    outcomes = run_script(runtime, sid, [
-        model_turn(call("manage_artifact", action="create", name="dashboard.html",
-                        content=page("v1"))),
-        model_turn(call("manage_artifact", action="edit", name="dashboard.html",
-                        content=page("v2"), expected_version=1)),
-        # When the model edits with a version it no longer holds
-        model_turn(call("manage_artifact", action="edit", name="dashboard.html",
-                        region_id="gauges", content="<h2>v3</h2>", expected_version=1)),
-    ])
+    outcomes = run_script(
+        runtime,
+        sid,
+        [
+            model_turn(
+                call("manage_artifact", action="create", name="dashboard.html", content=page("v1"))
+            ),
+            model_turn(
+                call(
+                    "manage_artifact",
+                    action="edit",
+                    name="dashboard.html",
+                    content=page("v2"),
+                    expected_version=1,
+                )
+            ),
+            # When the model edits with a version it no longer holds
+            model_turn(
+                call(
+                    "manage_artifact",
+                    action="edit",
+                    name="dashboard.html",
+                    region_id="gauges",
+                    content="<h2>v3</h2>",
+                    expected_version=1,
+                )
+            ),
+        ],
+    )
     assert outcomes == ["committed"] * 3
     # Then the tool answers with a conflict carrying the current version, and writes nothing
     last = [(kind, p) for turn_no, _, kind, p in _events(runtime, sid) if turn_no == 2]
@@ -135,20 +168,37 @@ def test_stale_expected_version_returns_conflict_with_current_version(runtime: R
 def test_region_edit_replaces_only_that_region(runtime: Runtime) -> None:
     # Given a page with a gauges region
     _, (sid,) = make_run(runtime.engine)
-    run_script(runtime, sid, [
-        model_turn(call("manage_artifact", action="create", name="dashboard.html",
-                        content=page("old"))),
-        # When the model edits that region in place
-        model_turn(call("manage_artifact", action="edit", name="dashboard.html",
-                        region_id="gauges", content="<h2>new</h2>", expected_version=1)),
-        model_turn(call("manage_artifact", action="get", name="dashboard.html")),
-    ])
+    run_script(
+        runtime,
+        sid,
+        [
+            model_turn(
+                call("manage_artifact", action="create", name="dashboard.html", content=page("old"))
+            ),
+            # When the model edits that region in place
+            model_turn(
+                call(
+                    "manage_artifact",
+                    action="edit",
+                    name="dashboard.html",
+                    region_id="gauges",
+                    content="<h2>new</h2>",
+                    expected_version=1,
+                )
+            ),
+            model_turn(call("manage_artifact", action="get", name="dashboard.html")),
+        ],
+    )
     # Then version 2 differs from version 1 only inside the region, and each version
     # records the turn that wrote it
     with runtime.engine.connect() as conn:
-        rows = conn.execute(select(artifact_versions.c.version, artifact_versions.c.turn_no,
-                                   artifact_versions.c.content)
-                            .order_by(artifact_versions.c.version)).all()
+        rows = conn.execute(
+            select(
+                artifact_versions.c.version,
+                artifact_versions.c.turn_no,
+                artifact_versions.c.content,
+            ).order_by(artifact_versions.c.version)
+        ).all()
     assert [(r.version, r.turn_no) for r in rows] == [(1, 0), (2, 1)]
     assert rows[1].content == page("old").replace("<h2>old</h2>", "<h2>new</h2>")
 
@@ -158,42 +208,74 @@ def test_region_edit_replaces_only_that_region(runtime: Runtime) -> None:
     [
         ([call("manage_artifact", action="create", name="dashboard.html")], "bad_arguments"),
         ([call("manage_artifact", action="explode", name="x.html")], "bad_arguments"),
-        ([call("manage_artifact", action="create", name="../../etc/passwd", content="x")],
-         "bad_arguments"),
-        ([call("manage_artifact", action="edit", name="dashboard.html", content="x",
-               expected_version="latest")], "bad_arguments"),
-        ([call("manage_artifact", action="create", name="big.html",
-               content="<p>" + "x" * 70_000 + "</p>")], "too_large"),
+        (
+            [call("manage_artifact", action="create", name="../../etc/passwd", content="x")],
+            "bad_arguments",
+        ),
+        (
+            [
+                call(
+                    "manage_artifact",
+                    action="edit",
+                    name="dashboard.html",
+                    content="x",
+                    expected_version="latest",
+                )
+            ],
+            "bad_arguments",
+        ),
+        (
+            [
+                call(
+                    "manage_artifact",
+                    action="create",
+                    name="big.html",
+                    content="<p>" + "x" * 70_000 + "</p>",
+                )
+            ],
+            "too_large",
+        ),
         ([call("write_file", path="a.html")], "unknown_tool"),
         ([call("manage_artifact", action="get", name="nothing.html")], "not_found"),
         ([call("handoff", summary="done", artifact_name="nothing.html")], "not_found"),
         ([call("plan_manage", action="done", item_id=3)], "not_found"),
         ([call("plan_manage", action="set", items=[])], "bad_arguments"),
-        ([call("manage_artifact", action="create", name="a.html", content="<p>no canvas</p>"),
-          call("handoff", summary="s", artifact_name="a.html")], "checks_failed"),
+        (
+            [
+                call("manage_artifact", action="create", name="a.html", content="<p>no canvas</p>"),
+                call("handoff", summary="s", artifact_name="a.html"),
+            ],
+            "checks_failed",
+        ),
     ],
 )
-def test_bad_calls_come_back_as_tool_errors(runtime: Runtime, calls: list[Any],
-                                            kind: str) -> None:
+def test_bad_calls_come_back_as_tool_errors(runtime: Runtime, calls: list[Any], kind: str) -> None:
     # Given a session, when the model sends a bad call
     _, (sid,) = make_run(runtime.engine)
-    outcome = run_turn(rt=runtime, session_id=sid, turn_no=0,
-                       model=ScriptedModel([model_turn(*calls)]))
+    outcome = run_turn(
+        rt=runtime, session_id=sid, turn_no=0, model=ScriptedModel([model_turn(*calls)])
+    )
     # Then the turn commits, the error is recorded with its kind and a hint, the session runs on
     assert outcome.value == "committed"
     errors = [p for _, _, k, p in _events(runtime, sid) if k == "tool_error"]
     assert [e["kind"] for e in errors] == [kind]
     assert errors[0]["response"]["error"]["message"]
     with runtime.engine.connect() as conn:
-        assert conn.execute(select(sessions.c.status).where(sessions.c.id == sid)
-                            ).scalar_one() == "running"
+        assert (
+            conn.execute(select(sessions.c.status).where(sessions.c.id == sid)).scalar_one()
+            == "running"
+        )
 
 
 def test_text_answer_gets_a_notice_and_counts(runtime: Runtime) -> None:
     # Given a model that answers in a markdown block instead of calling a tool
     _, (sid,) = make_run(runtime.engine)
-    run_turn(rt=runtime, session_id=sid, turn_no=0,
-             model=ScriptedModel([model_turn(text="```html\n<p>hi</p>\n```")]))
+    run_turn(
+        rt=runtime,
+        session_id=sid,
+        turn_no=0,
+        model=ScriptedModel([model_turn(text="```html\n<p>hi</p>\n```")]),
+    )
     # Then a notice tells it to publish through the tool, and the next turn sees it
     kinds = [(k, p.get("reason")) for _, _, k, p in _events(runtime, sid)]
     assert kinds[-1] == ("nudge", "no_tool_call")
@@ -206,19 +288,28 @@ def test_text_answer_gets_a_notice_and_counts(runtime: Runtime) -> None:
 
 def test_handoff_moves_session_to_verifying_and_dispatches_verify(runtime: Runtime) -> None:
     _, (sid,) = make_run(runtime.engine)
-    run_script(runtime, sid, [model_turn(
-        call("manage_artifact", action="create", name="dashboard.html", content=page()),
-        call("handoff", summary="done", artifact_name="dashboard.html"),
-        call("plan_manage", action="list"))])
+    run_script(
+        runtime,
+        sid,
+        [
+            model_turn(
+                call("manage_artifact", action="create", name="dashboard.html", content=page()),
+                call("handoff", summary="done", artifact_name="dashboard.html"),
+                call("plan_manage", action="list"),
+            )
+        ],
+    )
     with runtime.engine.connect() as conn:
-        row = conn.execute(select(sessions.c.status, sessions.c.handoff_version_id)
-                           .where(sessions.c.id == sid)).one()
+        row = conn.execute(
+            select(sessions.c.status, sessions.c.handoff_version_id).where(sessions.c.id == sid)
+        ).one()
     assert row.status == "verifying" and row.handoff_version_id is not None
     sent = runtime.dispatcher.sent  # type: ignore[attr-defined]
     assert (sent[-1].kind, sent[-1].session_id, sent[-1].number) == ("verify", sid, 0)
     # A call after handoff in the same turn is refused, not run
     assert [p["kind"] for _, _, k, p in _events(runtime, sid) if k == "tool_error"] == [
-        "after_handoff"]
+        "after_handoff"
+    ]
 
 
 def test_max_turns_stops_the_session(runtime: Runtime) -> None:
@@ -226,8 +317,9 @@ def test_max_turns_stops_the_session(runtime: Runtime) -> None:
     outcomes = run_script(runtime, sid, [model_turn(call("plan_manage", action="list"))] * 3)
     assert outcomes == ["committed", "committed", "ended"]
     with runtime.engine.connect() as conn:
-        row = conn.execute(select(sessions.c.status, sessions.c.outcome)
-                           .where(sessions.c.id == sid)).one()
+        row = conn.execute(
+            select(sessions.c.status, sessions.c.outcome).where(sessions.c.id == sid)
+        ).one()
     assert (row.status, row.outcome) == ("stopped", "max_turns")
 
 
@@ -240,19 +332,30 @@ def test_a_turn_that_keeps_crashing_ends_the_session_in_error(runtime: Runtime) 
 
     for _ in range(runtime.settings.max_turn_attempts):
         with pytest.raises(RuntimeError):
-            run_turn(rt=runtime, session_id=sid, turn_no=0,
-                     model=ScriptedModel([model_turn()], before=crash))
+            run_turn(
+                rt=runtime,
+                session_id=sid,
+                turn_no=0,
+                model=ScriptedModel([model_turn()], before=crash),
+            )
         with runtime.engine.begin() as conn:  # the dead worker's lease runs out
-            conn.execute(update(sessions).where(sessions.c.id == sid)
-                         .values(lease_expires_at=runtime.clock().replace(year=2000)))
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == sid)
+                .values(lease_expires_at=runtime.clock().replace(year=2000))
+            )
     # When it is claimed once more
-    outcome = run_turn(rt=runtime, session_id=sid, turn_no=0,
-                       model=ScriptedModel([model_turn()], before=crash))
+    outcome = run_turn(
+        rt=runtime, session_id=sid, turn_no=0, model=ScriptedModel([model_turn()], before=crash)
+    )
     # Then the session ends in error with the reason, and its wave counts it
     assert outcome.value == "ended"
     with runtime.engine.connect() as conn:
-        row = conn.execute(select(sessions.c.status, sessions.c.outcome, sessions.c.error)
-                           .where(sessions.c.id == sid)).one()
+        row = conn.execute(
+            select(sessions.c.status, sessions.c.outcome, sessions.c.error).where(
+                sessions.c.id == sid
+            )
+        ).one()
     assert (row.status, row.outcome) == ("error", "poison_turn")
     assert "without committing" in row.error
 
@@ -274,14 +377,19 @@ def test_a_transient_error_hands_the_turn_back_for_a_counted_retry(runtime: Runt
     _, (sid,) = make_run(runtime.engine)
     # When the turn runs
     with pytest.raises(TransientError) as raised:
-        run_turn(rt=runtime, session_id=sid, turn_no=0,
-                 model=_raising(RateLimited("429", delay_s=3.0)))
+        run_turn(
+            rt=runtime, session_id=sid, turn_no=0, model=_raising(RateLimited("429", delay_s=3.0))
+        )
     # Then it asks for a retry after the server's delay, which uses up a retry,
     # and the lease is free again with nothing committed
     assert (raised.value.delay_s, raised.value.counts) == (3.0, True)
     row = _session(runtime, sid)
     assert (row.status, row.next_turn, row.lease_owner, row.turn_attempts) == (
-        "running", 0, None, 0)
+        "running",
+        0,
+        None,
+        0,
+    )
     assert row.model_retries == 1
 
 
@@ -291,24 +399,36 @@ def test_a_throttled_turn_does_not_use_up_retries(runtime: Runtime) -> None:
     retries = runtime.settings.max_model_retries
     # When it is throttled
     with pytest.raises(TransientError) as raised:
-        run_turn(rt=runtime, session_id=sid, turn_no=0, retries=retries,
-                 model=_raising(Throttled("busy", delay_s=1.0, reason="concurrency")))
+        run_turn(
+            rt=runtime,
+            session_id=sid,
+            turn_no=0,
+            retries=retries,
+            model=_raising(Throttled("busy", delay_s=1.0, reason="concurrency")),
+        )
     # Then it is handed back without counting, and the session goes on
     assert raised.value.counts is False
-    assert (_session(runtime, sid).status, _session(runtime, sid).model_retries) == (
-        "running", 0)
+    assert (_session(runtime, sid).status, _session(runtime, sid).model_retries) == ("running", 0)
     # while a real failure at that count ends the session in error
-    outcome = run_turn(rt=runtime, session_id=sid, turn_no=0, retries=retries,
-                       model=_raising(ModelUnavailable("503 UNAVAILABLE")))
+    outcome = run_turn(
+        rt=runtime,
+        session_id=sid,
+        turn_no=0,
+        retries=retries,
+        model=_raising(ModelUnavailable("503 UNAVAILABLE")),
+    )
     row = _session(runtime, sid)
     assert (outcome.value, row.status, row.outcome) == ("ended", "error", "retries_exhausted")
     assert "503 UNAVAILABLE" in row.error
 
 
-@pytest.mark.parametrize("exc", [
-    RateLimited("429 RESOURCE_EXHAUSTED: quota per day", quota="day"),
-    ModelPaused(Paused("gemini-3-flash-preview", datetime(2030, 1, 1, tzinfo=UTC), "per day")),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RateLimited("429 RESOURCE_EXHAUSTED: quota per day", quota="day"),
+        ModelPaused(Paused("gemini-3-flash-preview", datetime(2030, 1, 1, tzinfo=UTC), "per day")),
+    ],
+)
 def test_a_spent_daily_quota_stops_the_session(runtime: Runtime, exc: Exception) -> None:
     _, (sid,) = make_run(runtime.engine)
     outcome = run_turn(rt=runtime, session_id=sid, turn_no=0, model=_raising(exc))
@@ -319,8 +439,12 @@ def test_a_spent_daily_quota_stops_the_session(runtime: Runtime, exc: Exception)
 
 def test_a_fatal_model_error_ends_the_session_with_its_message(runtime: Runtime) -> None:
     _, (sid,) = make_run(runtime.engine)
-    outcome = run_turn(rt=runtime, session_id=sid, turn_no=0,
-                       model=_raising(ModelFatal("400 INVALID_ARGUMENT: bad schema")))
+    outcome = run_turn(
+        rt=runtime,
+        session_id=sid,
+        turn_no=0,
+        model=_raising(ModelFatal("400 INVALID_ARGUMENT: bad schema")),
+    )
     row = _session(runtime, sid)
     assert (outcome.value, row.status, row.outcome) == ("ended", "error", "model_error")
     assert row.error == "400 INVALID_ARGUMENT: bad schema"

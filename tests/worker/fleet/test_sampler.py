@@ -70,9 +70,11 @@ def _rows(engine: Engine, pids: Sequence[int] | None = None) -> list[Row[Any]]:
 
 def _count(engine: Engine, pids: Sequence[int]) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(samples)
-                                .where(samples.c.pid.in_(pids))).scalar_one())
-
+        return int(
+            conn.execute(
+                select(func.count()).select_from(samples).where(samples.c.pid.in_(pids))
+            ).scalar_one()
+        )
 
 
 def _assert_one_sampler_per_process(rows: Sequence[Row[Any]]) -> None:
@@ -85,9 +87,16 @@ def _assert_one_sampler_per_process(rows: Sequence[Row[Any]]) -> None:
 
 # --- In this process, without a worker ---------------------------------------------------
 
+
 def _reading(n: int, *session_ids: int) -> Reading:
-    return Reading(Role.sessions, datetime(2025, 1, 1, 0, 0, n, tzinfo=UTC), 100 * MIB, 1.5,
-                   4, frozenset(session_ids))
+    return Reading(
+        Role.sessions,
+        datetime(2025, 1, 1, 0, 0, n, tzinfo=UTC),
+        100 * MIB,
+        1.5,
+        4,
+        frozenset(session_ids),
+    )
 
 
 def test_the_buffer_keeps_the_newest_readings_and_each_becomes_a_row_per_run() -> None:
@@ -107,26 +116,39 @@ def test_the_buffer_keeps_the_newest_readings_and_each_becomes_a_row_per_run() -
     # and a reading is one row without a run when idle, one per run of its sessions when
     # busy, and no row when none of its sessions has a known run (it is not idle)
     run_of = {11: 1, 12: 1, 21: 2}
-    assert [r["run_id"] for r in rows_for(_reading(0), host="h", pid=7, run_of=run_of)] \
-        == [None]
+    assert [r["run_id"] for r in rows_for(_reading(0), host="h", pid=7, run_of=run_of)] == [None]
     busy = rows_for(_reading(0, 21, 12, 11, 99), host="h", pid=7, run_of=run_of)
     assert [r["run_id"] for r in busy] == [1, 2]
-    assert busy[0] == {"run_id": 1, "host": "h", "pid": 7, "role": "sessions",
-                       "at": _reading(0).at, "rss_bytes": 100 * MIB, "cpu_percent": 1.5,
-                       "threads": 4}
+    assert busy[0] == {
+        "run_id": 1,
+        "host": "h",
+        "pid": 7,
+        "role": "sessions",
+        "at": _reading(0).at,
+        "rss_bytes": 100 * MIB,
+        "cpu_percent": 1.5,
+        "threads": 4,
+    }
     assert rows_for(_reading(0, 99), host="h", pid=7, run_of=run_of) == []
 
 
-def test_an_outage_keeps_the_newest_samples_up_to_the_cap(engine: Engine,
-                                                          caplog: pytest.LogCaptureFixture
-                                                          ) -> None:
+def test_an_outage_keeps_the_newest_samples_up_to_the_cap(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
     # Given two runs, and a sampler that keeps at most 5 readings and whose database is down
     run_a, (a1, a2) = make_run(engine, waves="1x2")
     run_b, (b1,) = make_run(engine)
     in_flight = InFlight()
     down = make_engine(Settings(database_url=DOWN_URL))
-    sampler = Sampler(engine=down, role=Role.verify, browser=False, interval_s=INTERVAL_S,
-                      flush_s=FLUSH_S, in_flight=in_flight, max_buffered=5)
+    sampler = Sampler(
+        engine=down,
+        role=Role.verify,
+        browser=False,
+        interval_s=INTERVAL_S,
+        flush_s=FLUSH_S,
+        in_flight=in_flight,
+        max_buffered=5,
+    )
     # When it samples 5 times idle, then 3 times with sessions of both runs in flight
     # (a1 delivered twice, one delivery already over), and fails to write
     for _ in range(5):
@@ -153,9 +175,11 @@ def test_an_outage_keeps_the_newest_samples_up_to_the_cap(engine: Engine,
     assert written == len(rows) == 2 + 3 * 2
     assert [r.run_id for r in rows] == [None, None, run_a, run_b, run_a, run_b, run_a, run_b]
     assert [r.at for r in rows] == [r.at for r in kept[:2]] + [
-        r.at for r in kept[2:] for _ in (run_a, run_b)]
-    assert {(r.pid, r.role, r.host) for r in rows} == {(os.getpid(), "verify",
-                                                        socket.gethostname())}
+        r.at for r in kept[2:] for _ in (run_a, run_b)
+    ]
+    assert {(r.pid, r.role, r.host) for r in rows} == {
+        (os.getpid(), "verify", socket.gethostname())
+    }
     assert all(r.rss_bytes > 10 * MIB and r.threads >= 1 for r in rows)
     assert sampler.buffer.items == [] and sampler.buffer.dropped == 0
     assert sampler.flush() == 0
@@ -169,12 +193,15 @@ def process_tree() -> Iterator[tuple[psutil.Process, int]]:
     Each waits for its child first, so that a killed descendant is reaped, not a zombie.
     """
     spin = "while True: pass"
-    child = (f"import subprocess, sys, time; g = subprocess.Popen([sys.executable, '-c', "
-             f"{spin!r}]); print(g.pid, flush=True); g.wait(); time.sleep(120)")
-    root_code = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
-                 f"{child!r}]); c.wait(); time.sleep(120)")
-    root = subprocess.Popen([sys.executable, "-c", root_code], stdout=subprocess.PIPE,
-                            text=True)
+    child = (
+        f"import subprocess, sys, time; g = subprocess.Popen([sys.executable, '-c', "
+        f"{spin!r}]); print(g.pid, flush=True); g.wait(); time.sleep(120)"
+    )
+    root_code = (
+        f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+        f"{child!r}]); c.wait(); time.sleep(120)"
+    )
+    root = subprocess.Popen([sys.executable, "-c", root_code], stdout=subprocess.PIPE, text=True)
     assert root.stdout is not None
     grandchild = int(root.stdout.readline())
     proc = psutil.Process(root.pid)
@@ -187,13 +214,20 @@ def process_tree() -> Iterator[tuple[psutil.Process, int]]:
     root.stdout.close()
 
 
-def test_the_browser_row_sums_every_descendant(engine: Engine,
-                                               process_tree: tuple[psutil.Process, int]
-                                               ) -> None:
+def test_the_browser_row_sums_every_descendant(
+    engine: Engine, process_tree: tuple[psutil.Process, int]
+) -> None:
     # Given a sampler of a process that has a child and a spinning grandchild
     root, grandchild = process_tree
-    sampler = Sampler(engine=engine, role=Role.verify, browser=True, interval_s=INTERVAL_S,
-                      flush_s=FLUSH_S, in_flight=InFlight(), process=root)
+    sampler = Sampler(
+        engine=engine,
+        role=Role.verify,
+        browser=True,
+        interval_s=INTERVAL_S,
+        flush_s=FLUSH_S,
+        in_flight=InFlight(),
+        process=root,
+    )
     # When it samples twice, a measurement window apart
     sampler.sample()
     time.sleep(0.5)
@@ -215,24 +249,30 @@ def test_the_browser_row_sums_every_descendant(engine: Engine,
     assert [r.role for r in sampler.buffer.items] == [Role.verify]
 
 
-@pytest.mark.parametrize(("queues", "role", "browser"), [
-    (["sessions", "verify"], Role.sessions, True),
-    (["verify"], Role.verify, True),
-    (["sessions"], Role.sessions, False),
-])
+@pytest.mark.parametrize(
+    ("queues", "role", "browser"),
+    [
+        (["sessions", "verify"], Role.sessions, True),
+        (["verify"], Role.verify, True),
+        (["sessions"], Role.sessions, False),
+    ],
+)
 def test_the_role_follows_the_queues_and_one_sampler_runs_per_process(
-        settings: Settings, engine: Engine, queues: list[str], role: Role, browser: bool
-        ) -> None:
+    settings: Settings, engine: Engine, queues: list[str], role: Role, browser: bool
+) -> None:
     # Given the app of a worker consuming ``queues``
-    app = create_app(settings.model_copy(update={"sample_interval_s": INTERVAL_S,
-                                                 "sample_flush_s": FLUSH_S}))
+    app = create_app(
+        settings.model_copy(update={"sample_interval_s": INTERVAL_S, "sample_flush_s": FLUSH_S})
+    )
     app.amqp.queues.select(queues)
     # When its sampler is started twice in this process (solo pool: two signals)
     try:
-        sampler = start_sampler(engine=app.runtime.engine, settings=app.settings,
-                                queues=app.amqp.queues.consume_from)
-        again = start_sampler(engine=app.runtime.engine, settings=app.settings,
-                                queues=app.amqp.queues.consume_from)
+        sampler = start_sampler(
+            engine=app.runtime.engine, settings=app.settings, queues=app.amqp.queues.consume_from
+        )
+        again = start_sampler(
+            engine=app.runtime.engine, settings=app.settings, queues=app.amqp.queues.consume_from
+        )
         rows = _eventually(lambda: _rows(engine, [os.getpid()]), "the first samples", 10)
     finally:
         stop_sampler()
@@ -246,10 +286,11 @@ def test_the_role_follows_the_queues_and_one_sampler_runs_per_process(
 
 # --- Real workers ---------------------------------------------------------------------
 
+
 @pytest.mark.slow
-def test_a_worker_samples_itself_idle_and_per_run(settings: Settings, engine: Engine,
-                                                  start_worker: Callable[..., WorkerProcess]
-                                                  ) -> None:
+def test_a_worker_samples_itself_idle_and_per_run(
+    settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]
+) -> None:
     # Given a worker on both queues (threads pool) that has written idle samples
     worker = start_worker(**SAMPLE_ENV)
     assert worker.proc is not None
@@ -262,7 +303,8 @@ def test_a_worker_samples_itself_idle_and_per_run(settings: Settings, engine: En
     assert status["sessions"]["succeeded"] == 2
     with engine.connect() as conn:
         started_at, finished_at = conn.execute(
-            select(runs.c.started_at, runs.c.finished_at).where(runs.c.id == run_id)).one()
+            select(runs.c.started_at, runs.c.finished_at).where(runs.c.id == run_id)
+        ).one()
 
     def idle_again() -> list[Row[Any]]:
         rows = _rows(engine, [pid])
@@ -286,23 +328,29 @@ def test_a_worker_samples_itself_idle_and_per_run(settings: Settings, engine: En
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("args", "role"), [
-    pytest.param([], "sessions", id="threads"),
-    pytest.param(["-P", "prefork", "-c", "2"], "sessions", id="prefork"),
-    pytest.param(["-P", "solo", "-Q", "verify"], "verify", id="solo-verify"),
-])
-def test_a_stopped_worker_writes_no_more_samples(engine: Engine, args: list[str], role: str,
-                                                 start_worker: Callable[..., WorkerProcess]
-                                                 ) -> None:
+@pytest.mark.parametrize(
+    ("args", "role"),
+    [
+        pytest.param([], "sessions", id="threads"),
+        pytest.param(["-P", "prefork", "-c", "2"], "sessions", id="prefork"),
+        pytest.param(["-P", "solo", "-Q", "verify"], "verify", id="solo-verify"),
+    ],
+)
+def test_a_stopped_worker_writes_no_more_samples(
+    engine: Engine, args: list[str], role: str, start_worker: Callable[..., WorkerProcess]
+) -> None:
     # Given a worker whose task-executing processes (itself, or its prefork children) sample
     worker = start_worker(*args, **SAMPLE_ENV)
     assert worker.proc is not None
     main_pid = worker.proc.pid
-    executing = [p.pid for p in psutil.Process(main_pid).children()] if "prefork" in args \
-        else [main_pid]
+    executing = (
+        [p.pid for p in psutil.Process(main_pid).children()] if "prefork" in args else [main_pid]
+    )
     assert len(executing) == (2 if "prefork" in args else 1)
-    _eventually(lambda: {r.pid for r in _rows(engine)} == set(executing),
-                "samples of every process that executes tasks")
+    _eventually(
+        lambda: {r.pid for r in _rows(engine)} == set(executing),
+        "samples of every process that executes tasks",
+    )
     # When it is stopped
     assert worker.stop() == 0
     # Then those processes are gone, and their sample count stays put for several flushes
@@ -320,9 +368,9 @@ def test_a_stopped_worker_writes_no_more_samples(engine: Engine, args: list[str]
 
 
 @pytest.mark.slow
-def test_shutdown_writes_the_samples_still_buffered(settings: Settings, engine: Engine,
-                                                    start_worker: Callable[..., WorkerProcess]
-                                                    ) -> None:
+def test_shutdown_writes_the_samples_still_buffered(
+    settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]
+) -> None:
     # Given a worker whose sampler would write only every 10 minutes
     worker = start_worker(SWARM_SAMPLE_INTERVAL_S="0.1", SWARM_SAMPLE_FLUSH_S="600")
     assert worker.proc is not None

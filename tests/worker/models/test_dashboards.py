@@ -199,9 +199,15 @@ def test_lite_cards_fit_the_baseline_ceiling_and_pass_static_checks() -> None:
         assert "Edge &lt;Pulse&gt;" in html
 
 
-@pytest.mark.parametrize(("flaw", "fails"), [("set_interval", {"raf_loop"}),
-                                             ("external_font", {"no_external_url"}),
-                                             ("js_error", set()), ("static_canvas", set())])
+@pytest.mark.parametrize(
+    ("flaw", "fails"),
+    [
+        ("set_interval", {"raf_loop"}),
+        ("external_font", {"no_external_url"}),
+        ("js_error", set()),
+        ("static_canvas", set()),
+    ],
+)
 def test_lite_card_flaws(flaw: str, fails: set[str]) -> None:
     html = render_lite(3, title="t", metrics=["a"], flaw=flaw)
     assert failing(html) == fails

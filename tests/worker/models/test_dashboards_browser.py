@@ -45,8 +45,9 @@ def browser() -> Iterator[Any]:
         pytest.skip(f"{CHROMIUM} is not installed")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS),
-                                      headless=True)
+        chromium = pw.chromium.launch(
+            executable_path=CHROMIUM, args=list(CHROMIUM_ARGS), headless=True
+        )
         yield chromium
         chromium.close()
 

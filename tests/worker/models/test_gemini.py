@@ -34,23 +34,34 @@ def _model(fake: FakeGemini, *, timeout_s: float = 2.0) -> GeminiModel:
 
 def _request(history: list[dict] | None = None, model: str = MODEL) -> ModelRequest:
     prefix = build_prefix(get_profile("candidate"))
-    return ModelRequest(model=model, system_instruction=prefix.system_instruction,
-                        tools=prefix.tools,
-                        history=tuple(history or [brief_message(make_brief(1, 0))]))
+    return ModelRequest(
+        model=model,
+        system_instruction=prefix.system_instruction,
+        tools=prefix.tools,
+        history=tuple(history or [brief_message(make_brief(1, 0))]),
+    )
 
 
 def _respond(turn_content: dict, version: int = 1) -> dict:
-    parts = [{"function_response": {"id": p["function_call"].get("id"),
-                                    "name": p["function_call"]["name"],
-                                    "response": {"output": {"items": [{"id": 1}],
-                                                            "version": version,
-                                                            "size_bytes": 100}}}}
-             for p in turn_content["parts"] if "function_call" in p]
+    parts = [
+        {
+            "function_response": {
+                "id": p["function_call"].get("id"),
+                "name": p["function_call"]["name"],
+                "response": {
+                    "output": {"items": [{"id": 1}], "version": version, "size_bytes": 100}
+                },
+            }
+        }
+        for p in turn_content["parts"]
+        if "function_call" in p
+    ]
     return {"role": "user", "parts": parts}
 
 
 def test_turns_round_trip_with_signatures_and_cached_usage(
-        fake_gemini: Callable[..., FakeGemini]) -> None:
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
     # Given the fake API and a session's brief
     fake = fake_gemini()
     model = _model(fake)
@@ -78,23 +89,34 @@ def test_a_lost_signature_is_a_fatal_error(fake_gemini: Callable[..., FakeGemini
     model = _model(fake)
     history = [brief_message(make_brief(1, 0))]
     turn = model.generate(_request(history))
-    content = {"role": "model", "parts": [
-        {k: v for k, v in p.items() if k != "thought_signature"} for p in turn.content["parts"]]}
+    content = {
+        "role": "model",
+        "parts": [
+            {k: v for k, v in p.items() if k != "thought_signature"} for p in turn.content["parts"]
+        ],
+    }
     # When it is sent back, Then the API's 400 is classified fatal
     with pytest.raises(ModelFatal, match="thought_signature"):
         model.generate(_request([*history, content, _respond(content)]))
 
 
-@pytest.mark.parametrize(("fault", "error", "delay_s"), [
-    (Fault.rate_minute, RateLimited, 2.0),
-    (Fault.exhausted, RateLimited, None),
-    (Fault.internal, ModelUnavailable, None),
-    (Fault.unavailable, ModelUnavailable, None),
-    (Fault.truncate, ModelUnavailable, None),
-    (Fault.hang, ModelUnavailable, None),
-])
-def test_faults_are_classified(fake_gemini: Callable[..., FakeGemini], fault: Fault,
-                               error: type[Exception], delay_s: float | None) -> None:
+@pytest.mark.parametrize(
+    ("fault", "error", "delay_s"),
+    [
+        (Fault.rate_minute, RateLimited, 2.0),
+        (Fault.exhausted, RateLimited, None),
+        (Fault.internal, ModelUnavailable, None),
+        (Fault.unavailable, ModelUnavailable, None),
+        (Fault.truncate, ModelUnavailable, None),
+        (Fault.hang, ModelUnavailable, None),
+    ],
+)
+def test_faults_are_classified(
+    fake_gemini: Callable[..., FakeGemini],
+    fault: Fault,
+    error: type[Exception],
+    delay_s: float | None,
+) -> None:
     # Given the API fails the next request with ``fault``
     fake = fake_gemini(faults=[FaultRule(fault)])
     model = _model(fake, timeout_s=1.0)
@@ -133,8 +155,7 @@ def test_a_daily_quota_pauses_the_model(fake_gemini: Callable[..., FakeGemini]) 
     assert paused is not None and paused.until.timestamp() > time.time() + 60
 
 
-def test_a_malformed_call_is_asked_for_once_more(
-        fake_gemini: Callable[..., FakeGemini]) -> None:
+def test_a_malformed_call_is_asked_for_once_more(fake_gemini: Callable[..., FakeGemini]) -> None:
     # Given the model's first answer is a malformed function call
     fake = fake_gemini(faults=[FaultRule(Fault.malformed)])
     model = _model(fake)
@@ -159,8 +180,15 @@ def test_an_explicit_cache_carries_the_prefix(fake_gemini: Callable[..., FakeGem
     fake = fake_gemini()
     model = _model(fake)
     plain = _request()
-    cached = create_cache(model.client, model=MODEL, system_instruction=plain.system_instruction,
-                          tools=plain.tools, tool_mode="AUTO", ttl_s=600, display_name="run 1")
+    cached = create_cache(
+        model.client,
+        model=MODEL,
+        system_instruction=plain.system_instruction,
+        tools=plain.tools,
+        tool_mode="AUTO",
+        ttl_s=600,
+        display_name="run 1",
+    )
     assert cached.name.startswith("cachedContents/") and cached.tokens > 0
     # When a turn names it instead of sending the prefix
     turn = model.generate(replace(plain, cached_content=cached.name))
@@ -170,9 +198,12 @@ def test_an_explicit_cache_carries_the_prefix(fake_gemini: Callable[..., FakeGem
     # and a request that repeats the prefix beside the cache is refused, as the API does
     with pytest.raises(errors.ClientError, match="CachedContent can not be used"):
         model.client.models.generate_content(
-            model=MODEL, contents=[types.Content.model_validate(c) for c in plain.history],
-            config=types.GenerateContentConfig(cached_content=cached.name,
-                                               system_instruction="again"))
+            model=MODEL,
+            contents=[types.Content.model_validate(c) for c in plain.history],
+            config=types.GenerateContentConfig(
+                cached_content=cached.name, system_instruction="again"
+            ),
+        )
     # and once deleted it is gone
     delete_cache(model.client, cached.name)
     assert (fake.caches.created, fake.caches.deleted, len(fake.caches)) == (1, 1, 0)

@@ -29,22 +29,30 @@ MODEL = "gemini-3-flash-preview"
 RUN_TIMEOUT_S = 120
 
 
-
-def _worker(start_worker: Callable[..., WorkerProcess], fake: FakeGemini,
-            key: str = "test-key") -> WorkerProcess:
+def _worker(
+    start_worker: Callable[..., WorkerProcess], fake: FakeGemini, key: str = "test-key"
+) -> WorkerProcess:
     return start_worker(SWARM_GEMINI_BASE_URL=fake.url, GEMINI_API_KEY=key)
 
 
 def _outcomes(engine: Engine, run_id: int) -> list[tuple[str, str | None]]:
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(  # type: ignore[misc]
-            select(sessions.c.status, sessions.c.outcome).where(sessions.c.run_id == run_id)
-            .order_by(sessions.c.index))]
+        return [
+            tuple(r)
+            for r in conn.execute(  # type: ignore[misc]
+                select(sessions.c.status, sessions.c.outcome)
+                .where(sessions.c.run_id == run_id)
+                .order_by(sessions.c.index)
+            )
+        ]
 
 
 def test_2x3_run_through_the_sdk_is_priced(
-        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess],
-        fake_gemini: Callable[..., FakeGemini]) -> None:
+    settings: Settings,
+    engine: Engine,
+    start_worker: Callable[..., WorkerProcess],
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
     # Given a worker whose Gemini client points at the fake API
     fake = fake_gemini()
     worker = _worker(start_worker, fake)
@@ -64,7 +72,8 @@ def test_2x3_run_through_the_sdk_is_priced(
     expected = (
         (tokens["prompt"] - tokens["cached"]) * price.input_per_m
         + tokens["cached"] * price.cached_input_per_m
-        + (tokens["output"] + tokens["thoughts"]) * price.output_per_m) / 1e6
+        + (tokens["output"] + tokens["thoughts"]) * price.output_per_m
+    ) / 1e6
     assert status["cost_usd"] == pytest.approx(expected, abs=1e-6)
     with engine.connect() as conn:
         models = set(conn.execute(select(usage.c.model)).scalars())
@@ -74,8 +83,11 @@ def test_2x3_run_through_the_sdk_is_priced(
 
 
 def test_a_429_retry_delay_is_honoured(
-        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess],
-        fake_gemini: Callable[..., FakeGemini]) -> None:
+    settings: Settings,
+    engine: Engine,
+    start_worker: Callable[..., WorkerProcess],
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
     # Given the API answers the third request with a 429 asking for 2 s
     fake = fake_gemini(faults=[FaultRule(Fault.rate_minute, after=2, retry_delay_s=2.0)])
     _worker(start_worker, fake)
@@ -92,8 +104,11 @@ def test_a_429_retry_delay_is_honoured(
 
 
 def test_a_daily_quota_stops_the_fleet_without_retries(
-        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess],
-        fake_gemini: Callable[..., FakeGemini]) -> None:
+    settings: Settings,
+    engine: Engine,
+    start_worker: Callable[..., WorkerProcess],
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
     # Given the API reports the per-day quota spent on its fifth request
     fake = fake_gemini(faults=[FaultRule(Fault.rate_day, after=4)])
     _worker(start_worker, fake)
@@ -111,21 +126,33 @@ def test_a_daily_quota_stops_the_fleet_without_retries(
     limited = next(i for i, s in enumerate(served) if s.status == 429)
     assert len(served) - limited - 1 <= 2
     with engine.connect() as conn:
-        reasons = conn.execute(select(sessions.c.error).where(
-            sessions.c.run_id == run_id, sessions.c.outcome == "quota")).scalars().all()
+        reasons = (
+            conn.execute(
+                select(sessions.c.error).where(
+                    sessions.c.run_id == run_id, sessions.c.outcome == "quota"
+                )
+            )
+            .scalars()
+            .all()
+        )
     assert all("per day" in r for r in reasons)
 
 
 def test_server_faults_end_every_session_in_a_recorded_state(
-        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess],
-        fake_gemini: Callable[..., FakeGemini]) -> None:
+    settings: Settings,
+    engine: Engine,
+    start_worker: Callable[..., WorkerProcess],
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
     # Given an API that fails a share of requests: 500, 503, truncated bodies, and hangs
-    fake = fake_gemini(faults=[
-        FaultRule(Fault.hang, times=2, after=3),
-        FaultRule(Fault.internal, times=None, rate=0.1),
-        FaultRule(Fault.unavailable, times=None, rate=0.1),
-        FaultRule(Fault.truncate, times=None, rate=0.1),
-    ])
+    fake = fake_gemini(
+        faults=[
+            FaultRule(Fault.hang, times=2, after=3),
+            FaultRule(Fault.internal, times=None, rate=0.1),
+            FaultRule(Fault.unavailable, times=None, rate=0.1),
+            FaultRule(Fault.truncate, times=None, rate=0.1),
+        ]
+    )
     fake.hang_s = 30.0
     worker = _worker(start_worker, fake)
     # When a 2x3 run goes through it
@@ -141,8 +168,12 @@ def test_server_faults_end_every_session_in_a_recorded_state(
 
 
 def test_the_api_key_never_leaks(
-        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess],
-        fake_gemini: Callable[..., FakeGemini], redis_url: str) -> None:
+    settings: Settings,
+    engine: Engine,
+    start_worker: Callable[..., WorkerProcess],
+    fake_gemini: Callable[..., FakeGemini],
+    redis_url: str,
+) -> None:
     # Given a worker holding a canary key
     canary = "canary-7d1e0b9a5c"
     fake = fake_gemini()
@@ -150,15 +181,36 @@ def test_the_api_key_never_leaks(
     # When a run goes through the API with it, and its status is printed
     run_id = enqueue(settings, "--wave", "1x2", model=MODEL, seed=11)
     until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
-    printed = CliRunner().invoke(cli, ["--database-url", settings.database_url, "status",
-                                       str(run_id), "--json", "--sessions"]).output
+    printed = (
+        CliRunner()
+        .invoke(
+            cli,
+            [
+                "--database-url",
+                settings.database_url,
+                "status",
+                str(run_id),
+                "--json",
+                "--sessions",
+            ],
+        )
+        .output
+    )
     # Then the API saw the key on every request
     assert {s.key_sha256 for s in fake.served} == {hashlib.sha256(canary.encode()).hexdigest()}
     # but it is in no log line, no row of the database, no status and nothing in Redis
     worker.stop()
     assert canary not in "\n".join(worker.log)
-    dump = subprocess.run(["pg_dump", "--data-only", settings.database_url.replace(
-        "postgresql+psycopg", "postgresql")], capture_output=True, text=True, check=True)
+    dump = subprocess.run(
+        [
+            "pg_dump",
+            "--data-only",
+            settings.database_url.replace("postgresql+psycopg", "postgresql"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "dashboard.html" in dump.stdout and canary not in dump.stdout
     assert json.loads(printed)["sessions"]["total"] == 2 and canary not in printed
     client = redis.Redis.from_url(redis_url)
@@ -169,8 +221,11 @@ def test_the_api_key_never_leaks(
 
 
 def test_an_explicit_cache_serves_the_run_and_goes_with_it(
-        settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess],
-        fake_gemini: Callable[..., FakeGemini]) -> None:
+    settings: Settings,
+    engine: Engine,
+    start_worker: Callable[..., WorkerProcess],
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
     # Given a worker and the fake API
     fake = fake_gemini()
     _worker(start_worker, fake)
@@ -193,6 +248,8 @@ def test_an_explicit_cache_serves_the_run_and_goes_with_it(
         time.sleep(0.1)  # bounded wait for the next reconciler pass (every 0.5 s here)
     assert (fake.caches.deleted, len(fake.caches)) == (1, 0)
     with engine.connect() as conn:
-        assert conn.execute(select(caches.c.deleted_at).where(caches.c.run_id == run_id)
-                            ).scalar() is not None
+        assert (
+            conn.execute(select(caches.c.deleted_at).where(caches.c.run_id == run_id)).scalar()
+            is not None
+        )
     assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}

@@ -16,8 +16,13 @@ from worker.models.registry import check_model
 
 
 def test_cost_counts_cached_input_and_thinking_at_their_prices() -> None:
-    usage = TokenUsage(prompt_tokens=1_000_000, cached_tokens=400_000, output_tokens=100_000,
-                       thoughts_tokens=50_000, tool_use_tokens=10_000)
+    usage = TokenUsage(
+        prompt_tokens=1_000_000,
+        cached_tokens=400_000,
+        output_tokens=100_000,
+        thoughts_tokens=50_000,
+        tool_use_tokens=10_000,
+    )
     # gemini-3-flash-preview: $0.50 input, $0.05 cached input, $3.00 output per million
     expected = 0.610 * 0.50 + 0.400 * 0.05 + 0.150 * 3.00
     assert PriceTable.load().cost_usd("gemini-3-flash-preview", usage) == pytest.approx(expected)
@@ -25,11 +30,24 @@ def test_cost_counts_cached_input_and_thinking_at_their_prices() -> None:
 
 def test_a_price_file_overrides_and_extends_the_table(tmp_path: Path) -> None:
     path = tmp_path / "prices.json"
-    path.write_text(json.dumps({
-        "gemini-3-flash-preview": {"input_per_m": 1.0, "output_per_m": 2.0,
-                                   "cached_input_per_m": 0.1, "as_of": "2026-11-01"},
-        "gemini-4-nano": {"input_per_m": 0.01, "output_per_m": 0.02,
-                          "cached_input_per_m": 0.001, "as_of": "2026-11-02"}}))
+    path.write_text(
+        json.dumps(
+            {
+                "gemini-3-flash-preview": {
+                    "input_per_m": 1.0,
+                    "output_per_m": 2.0,
+                    "cached_input_per_m": 0.1,
+                    "as_of": "2026-11-01",
+                },
+                "gemini-4-nano": {
+                    "input_per_m": 0.01,
+                    "output_per_m": 0.02,
+                    "cached_input_per_m": 0.001,
+                    "as_of": "2026-11-02",
+                },
+            }
+        )
+    )
     table = PriceTable.load(path)
     assert table.price("gemini-3-flash-preview").as_of == "2026-11-01"
     assert table.price("gemini-4-nano").input_per_m == 0.01
@@ -51,7 +69,15 @@ def test_an_unknown_model_is_refused_at_enqueue_not_billed_at_zero() -> None:
     with pytest.raises(ConfigError, match="no provider serves model 'gpt-5'"):
         check_model("gpt-5", PriceTable.load())
     # the CLI says so before touching any service
-    result = CliRunner().invoke(cli, ["--database-url", "postgresql://nobody@127.0.0.1:1/x",
-                                      "enqueue", "--model", "gemini-9-ultra"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--database-url",
+            "postgresql://nobody@127.0.0.1:1/x",
+            "enqueue",
+            "--model",
+            "gemini-9-ultra",
+        ],
+    )
     assert result.exit_code != 0
     assert "no price for model 'gemini-9-ultra'" in str(result.exception) + result.output

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.services
 def _until_not_running(rt: Runtime, sid: int, model: SimModel) -> None:
     for _ in range(30):
         with rt.engine.connect() as conn:
-            row = conn.execute(select(sessions.c.status, sessions.c.next_turn)
-                               .where(sessions.c.id == sid)).one()
+            row = conn.execute(
+                select(sessions.c.status, sessions.c.next_turn).where(sessions.c.id == sid)
+            ).one()
         if row.status != "running":
             return
         run_turn(rt=rt, session_id=sid, turn_no=row.next_turn, model=model)
@@ -29,27 +30,43 @@ def _until_not_running(rt: Runtime, sid: int, model: SimModel) -> None:
 
 
 def _sim(seed: int, **kw: Any) -> SimModel:
-    return SimModel(seed=seed, index=0, persona=Persona.diligent, latency_ms=0,
-                    design_seed=seed, title="Cache Fleet Pulse", **kw)
+    return SimModel(
+        seed=seed,
+        index=0,
+        persona=Persona.diligent,
+        latency_ms=0,
+        design_seed=seed,
+        title="Cache Fleet Pulse",
+        **kw,
+    )
 
 
 def _log(rt: Runtime, sid: int) -> list[tuple[str, dict[str, Any]]]:
     with rt.engine.connect() as conn:
-        return [(r.kind, r.payload) for r in conn.execute(
-            select(events.c.kind, events.c.payload).where(events.c.session_id == sid)
-            .order_by(events.c.turn_no, events.c.seq))]
+        return [
+            (r.kind, r.payload)
+            for r in conn.execute(
+                select(events.c.kind, events.c.payload)
+                .where(events.c.session_id == sid)
+                .order_by(events.c.turn_no, events.c.seq)
+            )
+        ]
 
 
 def _model_texts(log: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    return [p["text"] for k, p in log if k == "model" for p in p["content"]["parts"]
-            if "text" in p]
+    return [p["text"] for k, p in log if k == "model" for p in p["content"]["parts"] if "text" in p]
 
 
 def _versions(rt: Runtime, sid: int) -> list[int]:
     with rt.engine.connect() as conn:
-        return list(conn.execute(select(artifact_versions.c.size_bytes).join(artifacts)
-                                 .where(artifacts.c.session_id == sid)
-                                 .order_by(artifact_versions.c.version)).scalars())
+        return list(
+            conn.execute(
+                select(artifact_versions.c.size_bytes)
+                .join(artifacts)
+                .where(artifacts.c.session_id == sid)
+                .order_by(artifact_versions.c.version)
+            ).scalars()
+        )
 
 
 def test_baseline_pastes_the_page_fits_8_kb_and_checks_the_plan_off(runtime: Runtime) -> None:
@@ -84,14 +101,25 @@ def test_baseline_repairs_by_delete_then_create(runtime: Runtime) -> None:
     _until_not_running(runtime, sid, model)
     handoff = load_handoff(runtime, session_id=sid, round_no=0)
     assert handoff is not None
-    record_verdict(runtime, handoff, VerdictIn(passed=False, method="browser", checks=[
-        {"name": "fps", "passed": False, "value": 3, "detail": "3 fps"}]))
+    record_verdict(
+        runtime,
+        handoff,
+        VerdictIn(
+            passed=False,
+            method="browser",
+            checks=[{"name": "fps", "passed": False, "value": 3, "detail": "3 fps"}],
+        ),
+    )
     # When it works again
     _until_not_running(runtime, sid, model)
     # Then it deleted the draft and created it again, instead of editing it in place
-    calls = [(p["function_call"]["name"], p["function_call"]["args"].get("action"))
-             for k, pl in _log(runtime, sid) if k == "model"
-             for p in pl["content"]["parts"] if "function_call" in p]
+    calls = [
+        (p["function_call"]["name"], p["function_call"]["args"].get("action"))
+        for k, pl in _log(runtime, sid)
+        if k == "model"
+        for p in pl["content"]["parts"]
+        if "function_call" in p
+    ]
     repair = calls.index(("manage_artifact", "delete"))
     assert calls[repair + 1] == ("manage_artifact", "create")
     assert ("manage_artifact", "edit") not in calls
@@ -102,8 +130,12 @@ def test_candidate_publishes_through_the_tool_and_edits_in_place(runtime: Runtim
     _until_not_running(runtime, sid, _sim(2))
     log = _log(runtime, sid)
     assert _model_texts(log) == []
-    calls = [p["function_call"]["args"].get("action") for k, pl in log if k == "model"
-             for p in pl["content"]["parts"] if p.get("function_call", {}).get("name")
-             == "manage_artifact"]
+    calls = [
+        p["function_call"]["args"].get("action")
+        for k, pl in log
+        if k == "model"
+        for p in pl["content"]["parts"]
+        if p.get("function_call", {}).get("name") == "manage_artifact"
+    ]
     assert calls == ["create", "edit"]
     assert max(_versions(runtime, sid)) > 12 * 1024

@@ -15,8 +15,21 @@ from worker.settings import Settings
 from worker.store.engine import downgrade, head_revision, make_engine, migrate, require_migrated
 from worker.store.tables import metadata
 
-EXPECTED = {"runs", "waves", "sessions", "events", "artifacts", "artifact_versions", "plans",
-            "usage", "verifications", "samples", "outbox", "ladders", "caches"}
+EXPECTED = {
+    "runs",
+    "waves",
+    "sessions",
+    "events",
+    "artifacts",
+    "artifact_versions",
+    "plans",
+    "usage",
+    "verifications",
+    "samples",
+    "outbox",
+    "ladders",
+    "caches",
+}
 
 
 def _tables(url: str) -> set[str]:
@@ -45,8 +58,7 @@ def test_round_trip_on_postgresql(pg_url: str) -> None:
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        _round_trip(Settings(database_url=PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
-                    .database_url)
+        _round_trip(Settings(database_url=PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}").database_url)
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')

@@ -21,8 +21,7 @@ from worker.store.tables import caches, runs
 logger = logging.getLogger(__name__)
 
 
-def ensure_cache(rt: Runtime, *, run_id: int, model: str, prefix: Prefix,
-                 tool_mode: str) -> str:
+def ensure_cache(rt: Runtime, *, run_id: int, model: str, prefix: Prefix, tool_mode: str) -> str:
     """The name of the run's cache, created at the provider by the first turn that asks.
 
     Raises:
@@ -40,19 +39,30 @@ def ensure_cache(rt: Runtime, *, run_id: int, model: str, prefix: Prefix,
         if name is not None:
             return name
         created = rt.providers.create_cache(
-            model=model, system_instruction=prefix.system_instruction, tools=prefix.tools,
-            tool_mode=tool_mode, display_name=f"swarm run {run_id} {prefix.sha256[:12]}")
-        conn.execute(insert(caches).values(
-            run_id=run_id, model=model, name=created.name, tokens=created.tokens,
-            created_at=rt.clock(), expires_at=created.expires_at))
-    logger.info("run %s: cached its prefix as %s (%d tokens)", run_id, created.name,
-                created.tokens)
+            model=model,
+            system_instruction=prefix.system_instruction,
+            tools=prefix.tools,
+            tool_mode=tool_mode,
+            display_name=f"swarm run {run_id} {prefix.sha256[:12]}",
+        )
+        conn.execute(
+            insert(caches).values(
+                run_id=run_id,
+                model=model,
+                name=created.name,
+                tokens=created.tokens,
+                created_at=rt.clock(),
+                expires_at=created.expires_at,
+            )
+        )
+    logger.info("run %s: cached its prefix as %s (%d tokens)", run_id, created.name, created.tokens)
     return created.name
 
 
 def _live(conn: Connection, run_id: int) -> str | None:
-    return conn.execute(select(caches.c.name).where(
-        caches.c.run_id == run_id, caches.c.deleted_at.is_(None))).scalar()
+    return conn.execute(
+        select(caches.c.name).where(caches.c.run_id == run_id, caches.c.deleted_at.is_(None))
+    ).scalar()
 
 
 def drop_ended(rt: Runtime) -> int:
@@ -64,12 +74,16 @@ def drop_ended(rt: Runtime) -> int:
         ended = select(runs.c.id).where(runs.c.finished_at.is_not(None))
         # Claimed by UPDATE ... RETURNING: two reconcilers never delete the same cache.
         names = conn.execute(
-            update(caches).where(caches.c.deleted_at.is_(None), caches.c.run_id.in_(ended))
-            .values(deleted_at=rt.clock()).returning(caches.c.run_id, caches.c.name)).all()
+            update(caches)
+            .where(caches.c.deleted_at.is_(None), caches.c.run_id.in_(ended))
+            .values(deleted_at=rt.clock())
+            .returning(caches.c.run_id, caches.c.name)
+        ).all()
     for run_id, name in names:
         try:
             rt.providers.delete_cache(name)
         except SwarmError as exc:
-            logger.warning("run %s: could not delete cache %s (%s); it expires on its own",
-                           run_id, name, exc)
+            logger.warning(
+                "run %s: could not delete cache %s (%s); it expires on its own", run_id, name, exc
+            )
     return len(names)

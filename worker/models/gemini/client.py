@@ -40,9 +40,16 @@ _DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
 def make_client(*, api_key: str, base_url: str | None, timeout_s: float) -> genai.Client:
     """A client for the Gemini Developer API with its version pinned and its retries off."""
-    return genai.Client(api_key=api_key, vertexai=False, http_options=types.HttpOptions(
-        base_url=base_url, api_version="v1beta", timeout=int(timeout_s * 1000),
-        retry_options=types.HttpRetryOptions(attempts=1)))
+    return genai.Client(
+        api_key=api_key,
+        vertexai=False,
+        http_options=types.HttpOptions(
+            base_url=base_url,
+            api_version="v1beta",
+            timeout=int(timeout_s * 1000),
+            retry_options=types.HttpRetryOptions(attempts=1),
+        ),
+    )
 
 
 def thinking_for(model: str, *, level: str, budget: int) -> types.ThinkingConfig:
@@ -63,8 +70,15 @@ class GeminiModel:
         wait_s: How long to wait for the limiter before handing the turn back.
     """
 
-    def __init__(self, *, client: genai.Client, limiter: Limiter, thinking_level: str = "low",
-                 thinking_budget: int = 1024, wait_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        client: genai.Client,
+        limiter: Limiter,
+        thinking_level: str = "low",
+        thinking_budget: int = 1024,
+        wait_s: float = 10.0,
+    ) -> None:
         self.client = client
         self.limiter = limiter
         self.thinking_level = thinking_level
@@ -84,9 +98,13 @@ class GeminiModel:
         if turn.finish_reason == MALFORMED:
             logger.info("%s: malformed function call; asking again", request.model)
             again = self._call(request)
-            turn = ModelTurn(content=again.content, calls=again.calls, text=again.text,
-                             finish_reason=again.finish_reason,
-                             usage=_add(turn.usage, again.usage))
+            turn = ModelTurn(
+                content=again.content,
+                calls=again.calls,
+                text=again.text,
+                finish_reason=again.finish_reason,
+                usage=_add(turn.usage, again.usage),
+            )
         return turn
 
     def config(self, request: ModelRequest) -> types.GenerateContentConfig:
@@ -98,16 +116,20 @@ class GeminiModel:
                 cached_content=request.cached_content,
                 automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
                 automatic_continuation=False,
-                thinking_config=thinking_for(request.model, level=self.thinking_level,
-                                             budget=self.thinking_budget))
+                thinking_config=thinking_for(
+                    request.model, level=self.thinking_level, budget=self.thinking_budget
+                ),
+            )
         return types.GenerateContentConfig(
             system_instruction=request.system_instruction,
             tools=[*declarations(request.tools)],
             tool_config=tool_config(request.tool_mode),
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             automatic_continuation=False,
-            thinking_config=thinking_for(request.model, level=self.thinking_level,
-                                         budget=self.thinking_budget))
+            thinking_config=thinking_for(
+                request.model, level=self.thinking_level, budget=self.thinking_budget
+            ),
+        )
 
     def _call(self, request: ModelRequest) -> ModelTurn:
         contents = [types.Content.model_validate(c) for c in request.history]
@@ -115,7 +137,8 @@ class GeminiModel:
         permit = self.limiter.acquire(request.model, tokens=estimate, wait_s=self.wait_s)
         try:
             response = self.client.models.generate_content(
-                model=request.model, contents=contents, config=self.config(request))
+                model=request.model, contents=contents, config=self.config(request)
+            )
             turn = to_turn(response)
         except Exception as exc:
             error = classify(exc)
@@ -127,13 +150,20 @@ class GeminiModel:
         self._release(permit, tokens_used=turn.usage.total, outcome=Outcome.ok)
         return turn
 
-    def _release(self, permit: Permit, *, tokens_used: int, outcome: Outcome,
-                 retry_delay_s: float | None = None) -> None:
+    def _release(
+        self,
+        permit: Permit,
+        *,
+        tokens_used: int,
+        outcome: Outcome,
+        retry_delay_s: float | None = None,
+    ) -> None:
         # The call is made and paid for: a limiter that cannot record it must not turn a
         # good answer into a retry. The slot frees itself when the permit expires.
         try:
-            self.limiter.release(permit, tokens_used=tokens_used, outcome=outcome,
-                                 retry_delay_s=retry_delay_s)
+            self.limiter.release(
+                permit, tokens_used=tokens_used, outcome=outcome, retry_delay_s=retry_delay_s
+            )
         except LimiterUnavailable:
             logger.warning("could not release a permit for %s", permit.model, exc_info=True)
 
@@ -141,8 +171,9 @@ class GeminiModel:
         if not isinstance(error, RateLimited):
             self._release(permit, tokens_used=0, outcome=Outcome.failed)
             return
-        self._release(permit, tokens_used=0, outcome=Outcome.rate_limited,
-                             retry_delay_s=error.delay_s)
+        self._release(
+            permit, tokens_used=0, outcome=Outcome.rate_limited, retry_delay_s=error.delay_s
+        )
         if error.quota == "day":
             until = quota_reset(datetime.now(QUOTA_ZONE))
             try:
@@ -154,15 +185,25 @@ class GeminiModel:
 
 def declarations(tools: tuple[ToolSpec, ...]) -> list[types.Tool]:
     """The tools as the API declares them, schemas taken as generated."""
-    return [types.Tool(function_declarations=[
-        types.FunctionDeclaration(name=t.name, description=t.description,
-                                  parameters_json_schema=t.parameters) for t in tools])]
+    return [
+        types.Tool(
+            function_declarations=[
+                types.FunctionDeclaration(
+                    name=t.name, description=t.description, parameters_json_schema=t.parameters
+                )
+                for t in tools
+            ]
+        )
+    ]
 
 
 def tool_config(mode: str) -> types.ToolConfig:
     """The function-calling mode (AUTO, ANY, NONE)."""
-    return types.ToolConfig(function_calling_config=types.FunctionCallingConfig(
-        mode=types.FunctionCallingConfigMode(mode)))
+    return types.ToolConfig(
+        function_calling_config=types.FunctionCallingConfig(
+            mode=types.FunctionCallingConfigMode(mode)
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -174,9 +215,16 @@ class CachedPrefix:
     expires_at: datetime | None
 
 
-def create_cache(client: genai.Client, *, model: str, system_instruction: str,
-                 tools: tuple[ToolSpec, ...], tool_mode: str, ttl_s: float,
-                 display_name: str) -> CachedPrefix:
+def create_cache(
+    client: genai.Client,
+    *,
+    model: str,
+    system_instruction: str,
+    tools: tuple[ToolSpec, ...],
+    tool_mode: str,
+    ttl_s: float,
+    display_name: str,
+) -> CachedPrefix:
     """Cache a run's stable prefix (system instruction, tools, tool config).
 
     Raises:
@@ -184,15 +232,20 @@ def create_cache(client: genai.Client, *, model: str, system_instruction: str,
         ModelFatal: the API refused it (a prefix below the model's minimum, say).
     """
     with classified():
-        cache = client.caches.create(model=model, config=types.CreateCachedContentConfig(
-            system_instruction=system_instruction, tools=declarations(tools),
-            tool_config=tool_config(tool_mode), ttl=f"{int(ttl_s)}s",
-            display_name=display_name))
+        cache = client.caches.create(
+            model=model,
+            config=types.CreateCachedContentConfig(
+                system_instruction=system_instruction,
+                tools=declarations(tools),
+                tool_config=tool_config(tool_mode),
+                ttl=f"{int(ttl_s)}s",
+                display_name=display_name,
+            ),
+        )
     if not cache.name:
         raise ModelFatal("the API created a cache without a name")
     meta = cache.usage_metadata
-    return CachedPrefix(cache.name, (meta.total_token_count or 0) if meta else 0,
-                        cache.expire_time)
+    return CachedPrefix(cache.name, (meta.total_token_count or 0) if meta else 0, cache.expire_time)
 
 
 def delete_cache(client: genai.Client, name: str) -> None:
@@ -208,7 +261,8 @@ def delete_cache(client: genai.Client, name: str) -> None:
 def estimate_tokens(request: ModelRequest) -> int:
     """A rough input size for the limiter's token budget (four characters a token)."""
     size = len(request.system_instruction) + sum(
-        len(json.dumps(t.parameters)) + len(t.description) for t in request.tools)
+        len(json.dumps(t.parameters)) + len(t.description) for t in request.tools
+    )
     return (size + sum(len(json.dumps(c)) for c in request.history)) // 4
 
 
@@ -224,18 +278,24 @@ def to_turn(response: types.GenerateContentResponse) -> ModelTurn:
         content = candidate.content.model_dump(mode="json", exclude_none=True)
         content["role"] = "model"
     else:
-        content = {"role": "model", "parts": [{"text": MALFORMED_TEXT if finish == MALFORMED
-                                                else f"[no content: {finish}]"}]}
+        content = {
+            "role": "model",
+            "parts": [
+                {"text": MALFORMED_TEXT if finish == MALFORMED else f"[no content: {finish}]"}
+            ],
+        }
     meta = response.usage_metadata
     usage = TokenUsage(
         prompt_tokens=(meta.prompt_token_count or 0) if meta else 0,
         cached_tokens=(meta.cached_content_token_count or 0) if meta else 0,
         output_tokens=(meta.candidates_token_count or 0) if meta else 0,
         thoughts_tokens=(meta.thoughts_token_count or 0) if meta else 0,
-        tool_use_tokens=(meta.tool_use_prompt_token_count or 0) if meta else 0)
+        tool_use_tokens=(meta.tool_use_prompt_token_count or 0) if meta else 0,
+    )
     text = "".join(p.get("text", "") for p in content["parts"] if not p.get("thought"))
-    return ModelTurn(content=content, calls=calls_of(content), text=text, usage=usage,
-                     finish_reason=finish)
+    return ModelTurn(
+        content=content, calls=calls_of(content), text=text, usage=usage, finish_reason=finish
+    )
 
 
 @contextmanager
@@ -269,8 +329,13 @@ def _classify_api(exc: errors.APIError) -> SwarmError:
     message = f"{exc.code} {exc.status}: {exc.message}"
     details = _details(exc)
     if exc.code == 429 or (exc.code == 503 and exc.status == "RESOURCE_EXHAUSTED"):
-        quota = "day" if any("PerDay" in v.get("quotaId", "") for d in details
-                             for v in d.get("violations", ())) else "minute"
+        quota = (
+            "day"
+            if any(
+                "PerDay" in v.get("quotaId", "") for d in details for v in d.get("violations", ())
+            )
+            else "minute"
+        )
         return RateLimited(message, delay_s=retry_delay_s(details), quota=quota)
     if exc.code in (408,) or exc.code >= 500:
         return ModelUnavailable(message)
@@ -303,8 +368,10 @@ def quota_reset(now: datetime) -> datetime:
 
 
 def _add(a: TokenUsage, b: TokenUsage) -> TokenUsage:
-    return TokenUsage(prompt_tokens=a.prompt_tokens + b.prompt_tokens,
-                      cached_tokens=a.cached_tokens + b.cached_tokens,
-                      output_tokens=a.output_tokens + b.output_tokens,
-                      thoughts_tokens=a.thoughts_tokens + b.thoughts_tokens,
-                      tool_use_tokens=a.tool_use_tokens + b.tool_use_tokens)
+    return TokenUsage(
+        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+        cached_tokens=a.cached_tokens + b.cached_tokens,
+        output_tokens=a.output_tokens + b.output_tokens,
+        thoughts_tokens=a.thoughts_tokens + b.thoughts_tokens,
+        tool_use_tokens=a.tool_use_tokens + b.tool_use_tokens,
+    )

@@ -498,9 +498,9 @@ __LOOP__</script></body></html>
 #: The lite card's animation loops: the real one, and the flawed drafts it can have.
 LITE_LOOPS = {
     "": "function frame() { step(); draw(); requestAnimationFrame(frame); }\n"
-        "requestAnimationFrame(frame);\n",
+    "requestAnimationFrame(frame);\n",
     "set_interval": "setInterval(() => { step(); draw(); }, 16);\n",
     "js_error": "function frame() { step(); draw(); series[9].v++; requestAnimationFrame(frame); }"
-                "\nrequestAnimationFrame(frame);\n",
+    "\nrequestAnimationFrame(frame);\n",
     "static_canvas": "step(); requestAnimationFrame(draw);\n",
 }

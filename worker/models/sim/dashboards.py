@@ -216,14 +216,23 @@ def render_lite(seed: int, *, title: str, metrics: list[str], flaw: str | None =
         raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
     spec = _spec(seed)
     theme = spec.theme
-    config = {"seed": seed % 2**32, "metrics": metrics[:4], "cols": _series(theme)[:4],
-              "panel": theme.panel}
+    config = {
+        "seed": seed % 2**32,
+        "metrics": metrics[:4],
+        "cols": _series(theme)[:4],
+        "panel": theme.panel,
+    }
     blob = json.dumps(config, separators=(",", ":")).replace("</", "<\\/")
     loop = LITE_LOOPS["" if flaw in (None, "external_font") else flaw]
-    return (LITE_PAGE.replace("__HEAD__", _EXTERNAL_FONT if flaw == "external_font" else "")
-            .replace("__TITLE__", html.escape(title)).replace("__BG__", theme.bg)
-            .replace("__FG__", theme.text).replace("__FONT__", spec.font)
-            .replace("__CFG__", blob).replace("__LOOP__", loop))
+    return (
+        LITE_PAGE.replace("__HEAD__", _EXTERNAL_FONT if flaw == "external_font" else "")
+        .replace("__TITLE__", html.escape(title))
+        .replace("__BG__", theme.bg)
+        .replace("__FG__", theme.text)
+        .replace("__FONT__", spec.font)
+        .replace("__CFG__", blob)
+        .replace("__LOOP__", loop)
+    )
 
 
 def render_region(seed: int, region_id: str, *, revision: int) -> str:
@@ -375,9 +384,5 @@ def _script(spec: _Spec, font: str, flaw: str | None) -> str:
     table = ", ".join(f"{kind}: draw{kind.capitalize()}" for kind in kinds)
     loop = JS_LOOPS.get(flaw or "", JS_LOOPS[""])
     return (
-        JS_CORE.replace("__CFG__", blob)
-        + draws
-        + f"const DRAW = {{ {table} }};\n"
-        + JS_RUN
-        + loop
+        JS_CORE.replace("__CFG__", blob) + draws + f"const DRAW = {{ {table} }};\n" + JS_RUN + loop
     )

@@ -112,9 +112,18 @@ class SimModel:
         metrics: What the brief asks the dashboard to show (used by the compact card).
     """
 
-    def __init__(self, *, seed: int, index: int, persona: Persona, latency_ms: int,
-                 design_seed: int, title: str, flaw: str | None = None,
-                 metrics: tuple[str, ...] = ("cpu load", "p99 latency", "error rate")) -> None:
+    def __init__(
+        self,
+        *,
+        seed: int,
+        index: int,
+        persona: Persona,
+        latency_ms: int,
+        design_seed: int,
+        title: str,
+        flaw: str | None = None,
+        metrics: tuple[str, ...] = ("cpu load", "p99 latency", "error rate"),
+    ) -> None:
         self.seed = seed
         self.index = index
         self.persona = persona
@@ -151,8 +160,9 @@ class SimModel:
         return ModelTurn(content=content, calls=calls_of(content), text=text, usage=usage)
 
     def _page(self, *, flawed: bool) -> str:
-        return render_dashboard(self.design_seed, title=self.title,
-                                flaw=self.flaw if flawed else None).html
+        return render_dashboard(
+            self.design_seed, title=self.title, flaw=self.flaw if flawed else None
+        ).html
 
     def _exploring(self, facts: _Facts) -> bool:
         # Told it is looping, an explorer that heeds warnings gets on with the work.
@@ -181,29 +191,57 @@ class SimModel:
     def _do(self, step: str, facts: _Facts) -> list[FunctionCall]:
         name = facts.name
         if step == "plan":
-            items = ["Lay out the panels", "Draw the telemetry", "Run the animation loop",
-                     "Hand off"]
+            items = [
+                "Lay out the panels",
+                "Draw the telemetry",
+                "Run the animation loop",
+                "Hand off",
+            ]
             return [FunctionCall("plan_manage", {"action": "set", "items": items})]
         if step == "create":
             page = self._page(flawed=self.flaw is not None)
-            return [FunctionCall("manage_artifact", {"action": "create", "name": name,
-                                                     "content": page}),
-                    FunctionCall("plan_manage", {"action": "done", "item_id": 1})]
+            return [
+                FunctionCall(
+                    "manage_artifact", {"action": "create", "name": name, "content": page}
+                ),
+                FunctionCall("plan_manage", {"action": "done", "item_id": 1}),
+            ]
         if step == "refine":
             region = render_dashboard(self.design_seed, title=self.title).regions[0]
             inner = render_region(self.design_seed, region, revision=1)
-            return [FunctionCall("manage_artifact", {
-                "action": "edit", "name": name, "region_id": region, "content": inner,
-                "expected_version": facts.version}),
+            return [
+                FunctionCall(
+                    "manage_artifact",
+                    {
+                        "action": "edit",
+                        "name": name,
+                        "region_id": region,
+                        "content": inner,
+                        "expected_version": facts.version,
+                    },
+                ),
                 FunctionCall("plan_manage", {"action": "done", "item_id": 2}),
-                FunctionCall("plan_manage", {"action": "done", "item_id": 3})]
+                FunctionCall("plan_manage", {"action": "done", "item_id": 3}),
+            ]
         if step == "repair":
-            return [FunctionCall("manage_artifact", {
-                "action": "edit", "name": name, "content": self._page(flawed=False),
-                "expected_version": facts.version})]
-        return [FunctionCall("plan_manage", {"action": "done", "item_id": 4}),
-                FunctionCall("handoff", {"summary": f"{self.title}: live canvas telemetry.",
-                                         "artifact_name": name})]
+            return [
+                FunctionCall(
+                    "manage_artifact",
+                    {
+                        "action": "edit",
+                        "name": name,
+                        "content": self._page(flawed=False),
+                        "expected_version": facts.version,
+                    },
+                )
+            ]
+        return [
+            FunctionCall("plan_manage", {"action": "done", "item_id": 4}),
+            FunctionCall(
+                "handoff",
+                {"summary": f"{self.title}: live canvas telemetry.", "artifact_name": name},
+            ),
+        ]
 
     def _baseline(self, facts: _Facts, rng: random.Random) -> tuple[list[FunctionCall], str]:
         """The baseline contract: the page in a markdown block as well, a small size limit,
@@ -220,21 +258,38 @@ class SimModel:
         if step in ("create", "repair"):
             full = self.ambitious and not facts.too_large and step == "create"
             flaw = self.flaw if step == "create" else None
-            page = self._page(flawed=flaw is not None) if full else render_lite(
-                self.design_seed, title=self.title, metrics=self.metrics, flaw=flaw)
-            calls = [FunctionCall("manage_artifact", {"action": "create", "name": name,
-                                                      "content": page})]
+            page = (
+                self._page(flawed=flaw is not None)
+                if full
+                else render_lite(
+                    self.design_seed, title=self.title, metrics=self.metrics, flaw=flaw
+                )
+            )
+            calls = [
+                FunctionCall("manage_artifact", {"action": "create", "name": name, "content": page})
+            ]
             if step == "repair":
-                calls.insert(0, FunctionCall("manage_artifact", {
-                    "action": "delete", "name": name, "expected_version": facts.version}))
+                calls.insert(
+                    0,
+                    FunctionCall(
+                        "manage_artifact",
+                        {"action": "delete", "name": name, "expected_version": facts.version},
+                    ),
+                )
             if step == "create" and not facts.too_large:  # a retry: item 1 is done already
                 calls.append(FunctionCall("plan_manage", {"action": "done", "item_id": 1}))
             return calls, f"Here is the app:\n\n```html\n{page}\n```\n"
         if step == "handoff":
-            calls = [FunctionCall("plan_manage", {"action": "done", "item_id": n})
-                     for n in (2, 3, 4)]
-            return [*calls, FunctionCall("handoff", {
-                "summary": f"{self.title}: live canvas telemetry.", "artifact_name": name})], ""
+            calls = [
+                FunctionCall("plan_manage", {"action": "done", "item_id": n}) for n in (2, 3, 4)
+            ]
+            return [
+                *calls,
+                FunctionCall(
+                    "handoff",
+                    {"summary": f"{self.title}: live canvas telemetry.", "artifact_name": name},
+                ),
+            ], ""
         return self._do(step, facts), ""
 
     def _mistake(self, step: str, facts: _Facts, rng: random.Random) -> list[FunctionCall] | None:
@@ -248,15 +303,21 @@ class SimModel:
             if choice == "oversize":
                 padding = "<!-- " + "telemetry " * 7000 + "-->"
                 page = self._page(flawed=False).replace("</body>", padding + "</body>")
-                return [FunctionCall("manage_artifact", {"action": "create", "name": name,
-                                                         "content": page})]
+                return [
+                    FunctionCall(
+                        "manage_artifact", {"action": "create", "name": name, "content": page}
+                    )
+                ]
             return [FunctionCall("write_file", {"path": name, "content": "<html></html>"})]
         if step == "refine" and facts.version is not None:
             region = render_dashboard(self.design_seed, title=self.title).regions[0]
-            args: dict[str, Any] = {"action": "edit", "name": name, "region_id": region,
-                                    "content": render_region(self.design_seed, region,
-                                                             revision=1),
-                                    "expected_version": facts.version}
+            args: dict[str, Any] = {
+                "action": "edit",
+                "name": name,
+                "region_id": region,
+                "content": render_region(self.design_seed, region, revision=1),
+                "expected_version": facts.version,
+            }
             choice = rng.choice(("stale_version", "wrong_type", "bad_region"))
             if choice == "stale_version":
                 args["expected_version"] = facts.version + 1
@@ -278,14 +339,17 @@ class SimModel:
 
     def _markdown_answer(self) -> Content:
         page = self._page(flawed=False)
-        return {"role": "model", "parts": [
-            {"text": f"Here is the dashboard:\n\n```html\n{page}\n```\n"}]}
+        return {
+            "role": "model",
+            "parts": [{"text": f"Here is the dashboard:\n\n```html\n{page}\n```\n"}],
+        }
 
     def _content(self, calls: list[FunctionCall], turn: int, text: str = "") -> Content:
         parts: list[dict[str, Any]] = [{"text": text}] if text else []
         for i, call in enumerate(calls):
-            part: dict[str, Any] = {"function_call": {
-                "id": f"call-{turn}-{i}", "name": call.name, "args": call.args}}
+            part: dict[str, Any] = {
+                "function_call": {"id": f"call-{turn}-{i}", "name": call.name, "args": call.args}
+            }
             if i == 0:
                 # Like Gemini 3, only the first function call of a turn carries a signature.
                 digest = hashlib.sha256(f"{self.seed}:{self.index}:{turn}".encode()).digest()
@@ -293,22 +357,28 @@ class SimModel:
             parts.append(part)
         return {"role": "model", "parts": parts}
 
-    def _usage(self, request: ModelRequest, content: Content,
-               rng: random.Random) -> TokenUsage:
-        prefix = len(request.system_instruction) + len(
-            json.dumps([t.parameters for t in request.tools])) + sum(
-            len(t.description) for t in request.tools)
+    def _usage(self, request: ModelRequest, content: Content, rng: random.Random) -> TokenUsage:
+        prefix = (
+            len(request.system_instruction)
+            + len(json.dumps([t.parameters for t in request.tools]))
+            + sum(len(t.description) for t in request.tools)
+        )
         sizes = [len(json.dumps(c)) for c in request.history]
         prompt = (prefix + sum(sizes)) // CHARS_PER_TOKEN
         # Everything up to the last model turn was sent before, so it is cached.
-        last_model = max((i for i, c in enumerate(request.history) if c["role"] == "model"),
-                         default=-1)
+        last_model = max(
+            (i for i, c in enumerate(request.history) if c["role"] == "model"), default=-1
+        )
         seen = (prefix + sum(sizes[: last_model + 1])) // CHARS_PER_TOKEN
         first_call_of_run = self.index == 0 and last_model < 0
         cached = 0 if first_call_of_run or seen < MIN_CACHED_TOKENS else seen
         output = len(json.dumps(content)) // CHARS_PER_TOKEN
-        return TokenUsage(prompt_tokens=prompt, cached_tokens=min(cached, prompt),
-                          output_tokens=output, thoughts_tokens=rng.randint(64, 512))
+        return TokenUsage(
+            prompt_tokens=prompt,
+            cached_tokens=min(cached, prompt),
+            output_tokens=output,
+            thoughts_tokens=rng.randint(64, 512),
+        )
 
 
 def persona_for(mix: dict[str, float], seed: int, index: int) -> Persona:
