@@ -20,7 +20,8 @@ from sqlalchemy.engine import Connection
 
 from worker.errors import ConfigError, InputError, RunNotFound
 from worker.models.pricing import PriceTable
-from worker.store.tables import SessionStatus, events, runs, samples, sessions, usage, waves
+from worker.states import SessionStatus
+from worker.store.tables import events, runs, samples, sessions, usage, waves
 
 __all__ = [
     "OUTCOMES",

@@ -19,16 +19,8 @@ from typing import Any
 from sqlalchemy import CompoundSelect, Engine, Select, and_, func, literal_column, or_, select
 from sqlalchemy.engine import Connection
 
-from worker.store.tables import (
-    TERMINAL,
-    artifact_versions,
-    artifacts,
-    events,
-    plans,
-    runs,
-    sessions,
-    usage,
-)
+from worker.states import TERMINAL
+from worker.store.tables import artifact_versions, artifacts, events, plans, runs, sessions, usage
 
 #: Event kinds a turn writes in its commit transaction (``brief``, ``feedback`` and
 #: ``ended`` are written outside a turn's commit, at a turn number not yet committed).

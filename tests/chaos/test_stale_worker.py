@@ -27,8 +27,9 @@ from worker.agent.turn import run_turn
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelRequest, ModelTurn
 from worker.settings import Settings
+from worker.states import TERMINAL
 from worker.store.engine import make_engine
-from worker.store.tables import TERMINAL, metadata, sessions
+from worker.store.tables import metadata, sessions
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services]
 

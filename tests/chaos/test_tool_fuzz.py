@@ -37,8 +37,9 @@ from worker.agent.turn import run_turn
 from worker.errors import ToolError
 from worker.fleet.runtime import Runtime
 from worker.models.base import FunctionCall
+from worker.states import TERMINAL
 from worker.store.engine import utcnow
-from worker.store.tables import TERMINAL, sessions
+from worker.store.tables import sessions
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services]
 

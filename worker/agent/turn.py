@@ -35,8 +35,9 @@ from worker.models.base import Model, ModelRequest, ModelTurn
 from worker.models.gemini import cache as caches
 from worker.models.limiter.base import ModelPaused, Throttled
 from worker.models.registry import GEMINI_PREFIX
+from worker.states import RunStatus, SessionStatus
 from worker.store import lifecycle
-from worker.store.tables import RunStatus, SessionStatus, runs, sessions
+from worker.store.tables import runs, sessions
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,10 @@ from worker.agent.profiles import get_profile
 from worker.agent.prompt import user_text
 from worker.agent.runs import RunConfig
 from worker.fleet.runtime import Runtime
+from worker.states import SessionStatus
 from worker.store import lifecycle
-from worker.store.tables import SessionStatus, runs, sessions, verifications
 from worker.store.tables import artifact_versions as _versions
+from worker.store.tables import runs, sessions, verifications
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ from sqlalchemy import update
 
 from worker.fleet.runtime import Runtime
 from worker.models.gemini import cache as caches
+from worker.states import SessionStatus
 from worker.store import lifecycle
-from worker.store.tables import SessionStatus, sessions
+from worker.store.tables import sessions
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,9 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
 from worker.errors import InputError, LadderNotFound, RunNotFound
+from worker.states import RunStatus, SessionStatus
 from worker.store import lifecycle
-from worker.store.tables import RunStatus, SessionStatus, ladders, runs, sessions
+from worker.store.tables import ladders, runs, sessions
 
 
 @dataclass(frozen=True)

@@ -13,20 +13,9 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection
 
+from worker.states import TERMINAL, RunStatus, SessionStatus, WaveStatus
 from worker.store.engine import notify_run
-from worker.store.tables import (
-    TERMINAL,
-    RunStatus,
-    SessionStatus,
-    WaveStatus,
-    events,
-    ladders,
-    outbox,
-    runs,
-    sessions,
-    usage,
-    waves,
-)
+from worker.store.tables import events, ladders, outbox, runs, sessions, usage, waves
 
 #: Session states in which a session still holds its wave open.
 ACTIVE = tuple(s.value for s in SessionStatus if s not in TERMINAL)

@@ -9,8 +9,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from worker.errors import RunNotFound
+from worker.states import SessionStatus
 from worker.store.tables import (
-    SessionStatus,
     artifact_versions,
     artifacts,
     events,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from enum import Enum
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -25,65 +24,11 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from worker.states import RunStatus, SessionStatus, WaveStatus
+
 #: SQLite only autoincrements INTEGER primary keys; PostgreSQL gets BIGINT.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
-
-class RunStatus(str, Enum):
-    """Lifecycle of a run."""
-
-    #: created, first wave not started yet
-    pending = "pending"
-    #: at least one wave started and sessions remain
-    running = "running"
-    #: every session ended
-    finished = "finished"
-    #: cancelled by a user
-    cancelled = "cancelled"
-
-
-class WaveStatus(str, Enum):
-    """Lifecycle of a wave."""
-
-    #: waiting for the previous wave to finish
-    pending = "pending"
-    #: its sessions are running
-    running = "running"
-    #: every session of the wave ended
-    finished = "finished"
-
-
-class SessionStatus(str, Enum):
-    """Lifecycle of a session; the last five are terminal."""
-
-    #: its wave has not started
-    pending = "pending"
-    #: a turn is due or in flight
-    running = "running"
-    #: an artifact was handed off and waits for its verdict
-    verifying = "verifying"
-    #: the artifact passed verification
-    succeeded = "succeeded"
-    #: the artifact failed verification after the last repair round
-    failed = "failed"
-    #: a guard ended it (turns, tokens, cost, loop, run budget)
-    stopped = "stopped"
-    #: a user cancelled its run
-    cancelled = "cancelled"
-    #: the provider refused it for good, or a turn kept crashing
-    error = "error"
-
-
-#: Session states after which nothing more happens.
-TERMINAL = frozenset(
-    {
-        SessionStatus.succeeded,
-        SessionStatus.failed,
-        SessionStatus.stopped,
-        SessionStatus.cancelled,
-        SessionStatus.error,
-    }
-)
 
 metadata = MetaData(
     naming_convention={
