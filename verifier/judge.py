@@ -14,6 +14,7 @@ import psutil
 
 from worker.agent.checks import DEFAULT_MAX_BYTES, Check, passed, static_checks
 from worker.errors import RendererStarved
+from worker.settings import DEFAULT_VERIFY_MIN_FPS
 
 if TYPE_CHECKING:
     from verifier.browser import Browser, BrowserReport
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MIN_FPS", "MIN_OWN_LOOP_SHARE", "Verdict", "browser_checks", "judge", "starved"]
 
 #: Frames per second the page's own animation loop must reach.
-DEFAULT_MIN_FPS = 30.0
+DEFAULT_MIN_FPS = DEFAULT_VERIFY_MIN_FPS
 #: A page whose frame callbacks take less than this would reach 60 fps on an idle machine.
 CHEAP_FRAME_MS = 8.0
 #: Host CPU busy share above which a low frame rate is not the page's to answer for.

@@ -10,17 +10,27 @@
     │   └── LadderNotFound     no ladder with that id
     ├── TransientError         worth retrying after a while
     │   ├── ModelUnavailable   the model provider failed, may work later
-    │   │   └── RateLimited    the provider asked us to slow down
+    │   │   ├── RateLimited    the provider asked us to slow down
+    │   │   ├── Throttled      the fleet's own limiter asks the call to wait (uses no retry)
+    │   │   └── LimiterUnavailable  the limiter's Redis cannot be reached
     │   └── BrowserUnavailable the verifier's browser failed to launch or died
     │       └── RendererStarved the machine, not the page, kept the frame rate too low
     ├── ModelFatal             the provider refused the request for good
     ├── ToolError              shown to the model as a tool result, never raised past a tool
-    └── LimitExceeded          a guard tripped (turns, tokens, cost, budget, loop)
+    └── SessionStopped         the session ends now, with a typed ``Outcome``
+        ├── LimitExceeded      a limit tripped: turns, tokens, cost or the run's budget
+        └── ModelPaused        the model's daily quota is spent; it is paused fleet-wide
+
+Every way a session ends early is a :class:`SessionStopped` carrying a
+:class:`~worker.states.Outcome`; the turn loop catches that one family and records it.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+
+from worker.states import Outcome
 
 
 class SwarmError(Exception):
@@ -62,6 +72,23 @@ class TransientError(SwarmError):
 
 class ModelUnavailable(TransientError):
     """The model provider failed in a way that may work on a later attempt."""
+
+
+class Throttled(ModelUnavailable):
+    """No permit from the fleet's limiter within the wait; ``reason`` names the limit.
+
+    A wait is no failure of the model, so it does not use up the turn's retries.
+    """
+
+    delay_s: float
+
+    def __init__(self, message: str, *, delay_s: float, reason: str) -> None:
+        super().__init__(message, delay_s=delay_s, counts=False)
+        self.reason = reason
+
+
+class LimiterUnavailable(ModelUnavailable):
+    """The limiter's Redis could not be reached, so no model call may start yet."""
 
 
 class RateLimited(ModelUnavailable):
@@ -117,11 +144,30 @@ class ToolError(SwarmError):
         return result
 
 
-class LimitExceeded(SwarmError):
-    """A guard tripped: ``kind`` of limit, the ``value`` reached and the ``limit``."""
+class SessionStopped(SwarmError):
+    """The session must end now; ``outcome`` says why, and so which status it ends in."""
 
-    def __init__(self, kind: str, *, value: float, limit: float) -> None:
-        super().__init__(f"{kind} limit reached: {value:g} of {limit:g}")
-        self.kind = kind
+    def __init__(self, message: str, *, outcome: Outcome) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+class LimitExceeded(SessionStopped):
+    """A limit tripped: the ``outcome`` it stands for, the ``value`` reached and the ``limit``."""
+
+    def __init__(self, outcome: Outcome, *, value: float, limit: float) -> None:
+        super().__init__(f"{outcome.value} limit reached: {value:g} of {limit:g}", outcome=outcome)
         self.value = value
         self.limit = limit
+
+
+class ModelPaused(SessionStopped):
+    """The model is paused fleet-wide until ``until`` (UTC): sessions stop, never retry."""
+
+    def __init__(self, *, model: str, until: datetime, reason: str) -> None:
+        super().__init__(
+            f"{model} paused until {until:%Y-%m-%d %H:%M:%S}Z: {reason}", outcome=Outcome.quota
+        )
+        self.model = model
+        self.until = until
+        self.reason = reason

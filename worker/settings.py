@@ -22,6 +22,10 @@ SESSIONS_QUEUE = "sessions"
 VERIFY_QUEUE = "verify"
 
 
+#: Frames per second a page's own animation loop must reach, unless told otherwise.
+DEFAULT_VERIFY_MIN_FPS = 30.0
+
+
 class Settings(BaseSettings):
     """Everything Swarm reads from its environment, typed."""
 
@@ -63,7 +67,7 @@ class Settings(BaseSettings):
     is installed (static checks otherwise, with a warning)."""
     verify_max_pages: int | None = Field(default=None, ge=1)
     """Pages rendered at once per verifier process (default: one per CPU)."""
-    verify_min_fps: float = Field(default=30.0, gt=0)
+    verify_min_fps: float = Field(default=DEFAULT_VERIFY_MIN_FPS, gt=0)
     """Frames per second a page's own animation loop must reach."""
 
     gemini_api_key: SecretStr | None = Field(
@@ -98,9 +102,6 @@ class Settings(BaseSettings):
     """Period of each worker process's resource sampler (RSS, CPU, threads)."""
     sample_flush_s: float = Field(default=2.0, gt=0)
     """Samples are written to the database in batches at least this often."""
-
-    worker_name: str = "swarm"
-    """Prefix of the lease owner recorded on sessions."""
 
     @field_validator("database_url")
     @classmethod

@@ -33,7 +33,8 @@ from ops.fake_gemini.faults import (
     server_error_body,
 )
 from worker.models.base import TokenUsage
-from worker.models.sim.model import MIN_CACHED_TOKENS, SimModel, flaw_for, persona_for
+from worker.models.sim.model import MIN_CACHED_TOKENS, SimModel
+from worker.models.sim.personas import flaw_for, persona_for
 
 logger = logging.getLogger(__name__)
 

@@ -126,7 +126,7 @@ def stale_worker(settings: Settings) -> Iterator[Callable[[ModelTurn], StaleWork
 
     yield make
     for worker in made:
-        worker.models.base.release.set()
+        worker.model.release.set()
         if worker.thread is not None:
             worker.thread.join(TAKEOVER_TIMEOUT_S)
         worker.rt.engine.dispose()

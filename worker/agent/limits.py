@@ -8,19 +8,20 @@ second time the session is stopped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
+from worker.agent.events import Event, ModelOutput, Nudge, NudgeReason, ToolFailure, ToolResult
 from worker.agent.prompt import LOOP_HINT
 from worker.agent.runs import RunConfig
 from worker.errors import LimitExceeded
+from worker.models.base import calls_of
+from worker.states import Outcome
 from worker.store.tables import usage
-
-#: Reason of the nudge event that carries a loop warning.
-LOOP_NUDGE = "loop"
 
 
 @dataclass(frozen=True)
@@ -59,20 +60,32 @@ def spend(conn: Connection, *, session_id: int, run_id: int) -> Spend:
     return Spend(int(mine[0]), float(mine[1]), float(total[0]), int(total[1]))
 
 
+def check_turns(config: RunConfig, turn_no: int) -> None:
+    """Refuse turn ``turn_no`` when the session has had its turns.
+
+    Raises:
+        LimitExceeded: its outcome is ``max_turns``.
+    """
+    if turn_no >= config.max_turns:
+        raise LimitExceeded(Outcome.max_turns, value=turn_no, limit=config.max_turns)
+
+
 def check_spend(config: RunConfig, spent: Spend, budget_usd: float | None) -> None:
     """Refuse the next turn when it would pass a limit.
 
     Raises:
-        LimitExceeded: ``kind`` is ``budget`` (the run's), ``max_tokens`` or ``max_cost``
+        LimitExceeded: its outcome is ``budget`` (the run's), ``max_tokens`` or ``max_cost``
             (the session's).
     """
     # The next turn will cost about what an average turn has cost so far.
     if budget_usd is not None and spent.run_cost_usd + spent.mean_turn_cost_usd >= budget_usd:
-        raise LimitExceeded("budget", value=spent.run_cost_usd, limit=budget_usd)
+        raise LimitExceeded(Outcome.budget, value=spent.run_cost_usd, limit=budget_usd)
     if config.max_tokens is not None and spent.session_tokens >= config.max_tokens:
-        raise LimitExceeded("max_tokens", value=spent.session_tokens, limit=config.max_tokens)
+        raise LimitExceeded(Outcome.max_tokens, value=spent.session_tokens, limit=config.max_tokens)
     if config.max_cost_usd is not None and spent.session_cost_usd >= config.max_cost_usd:
-        raise LimitExceeded("max_cost", value=spent.session_cost_usd, limit=config.max_cost_usd)
+        raise LimitExceeded(
+            Outcome.max_cost, value=spent.session_cost_usd, limit=config.max_cost_usd
+        )
 
 
 @dataclass
@@ -89,27 +102,19 @@ class _Since:
     """Loop warnings given so far."""
 
 
-def _since_warning(log: list[tuple[str, dict[str, Any]]]) -> _Since:
+def _since_warning(log: Iterable[Event]) -> _Since:
     since = _Since([], [], [], 0)
-    for kind, payload in log:
-        if kind == "model":
-            parts = (payload.get("content") or {}).get("parts") or ()
-            since.calls.append(
-                [
-                    (p["function_call"]["name"], p["function_call"].get("args") or {})
-                    for p in parts
-                    if p.get("function_call")
-                ]
-            )
+    for event in log:
+        if isinstance(event, ModelOutput):
+            since.calls.append([(c.name, c.args) for c in calls_of(event.content)])
             since.progress.append(False)
-        elif kind == "nudge" and payload.get("reason") == LOOP_NUDGE:
+        elif isinstance(event, Nudge) and event.reason is NudgeReason.loop:
             since = _Since([], [], [], since.warnings + 1)
-        elif kind == "tool_error":
-            since.error_streak.append(str(payload.get("kind", "?")))
-        elif kind == "tool_result":
+        elif isinstance(event, ToolFailure):
+            since.error_streak.append(event.error_kind)
+        elif isinstance(event, ToolResult):
             since.error_streak = []
-            output = (payload.get("response") or {}).get("output") or {}
-            if since.progress and (payload.get("name") == "handoff" or "size_bytes" in output):
+            if since.progress and event.progress:
                 since.progress[-1] = True
     return since
 
@@ -122,7 +127,7 @@ class Loop:
     message: str
 
 
-def find_loop(log: list[tuple[str, dict[str, Any]]], config: RunConfig) -> tuple[Loop | None, int]:
+def find_loop(log: Iterable[Event], config: RunConfig) -> tuple[Loop | None, int]:
     """Look for a loop since the last warning; returns it and the warnings given so far."""
     since = _since_warning(log)
     last = since.calls[-config.loop_repeat :]

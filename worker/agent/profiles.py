@@ -7,18 +7,9 @@ so that the two can be compared on the same ladder.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
+from worker.agent.checks import DEFAULT_MAX_BYTES
 from worker.errors import ConfigError
-
-
-class RepairMode(str, Enum):
-    """How an agent is asked to repair an artifact the verifier rejected."""
-
-    #: compare-and-swap edit of the same artifact, optionally of one region
-    in_place = "in_place"
-    #: delete the draft, then create it again
-    recreate = "recreate"
 
 
 @dataclass(frozen=True)
@@ -28,7 +19,6 @@ class Profile:
     name: str
     system_instruction: str
     artifact_max_bytes: int
-    repair_mode: RepairMode
     strict_plan: bool
     """When true, handoff is refused until every plan item is done, in order."""
     tool_mode: str
@@ -68,8 +58,7 @@ Contract:
 Limits: an artifact may be at most 64 KB.
 """
     ),
-    artifact_max_bytes=64 * 1024,
-    repair_mode=RepairMode.in_place,
+    artifact_max_bytes=DEFAULT_MAX_BYTES,
     strict_plan=False,
     tool_mode="AUTO",
 )
@@ -89,7 +78,6 @@ Limits: an artifact may be at most 8 KB.
 """
     ),
     artifact_max_bytes=8 * 1024,
-    repair_mode=RepairMode.recreate,
     strict_plan=True,
     tool_mode="AUTO",
 )

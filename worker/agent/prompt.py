@@ -20,6 +20,8 @@ from worker.models.base import Content, ToolSpec
 
 #: How every loop warning of the runtime begins its advice (see ``worker.agent.limits``).
 LOOP_HINT = "Next: publish the page"
+#: How the verifier's findings open when they are sent back to the agent.
+FEEDBACK_OPENING = "The verifier rejected the artifact"
 #: Every session names its artifact this, so that reports can find it.
 ARTIFACT_NAME = "dashboard.html"
 
@@ -108,6 +110,18 @@ def brief_message(brief: dict[str, Any]) -> Content:
         f"{metrics}. Publish it as {brief['artifact_name']} and hand it off when it is done."
     )
     return {"role": "user", "parts": [{"text": text}]}
+
+
+def feedback_text(checks: list[dict[str, Any]], *, round_no: int, rounds: int) -> str:
+    """The verifier's findings as the agent's next user message."""
+    lines = [f"- {c['name']}: {c['detail']}" for c in checks if not c.get("passed")]
+    return (
+        f"{FEEDBACK_OPENING} (repair round {round_no + 1} of {rounds}). "
+        "Findings:\n"
+        + "\n".join(lines)
+        + '\nRepair the same artifact in place with manage_artifact(action="edit", '
+        "expected_version=...) and hand it off again."
+    )
 
 
 def user_text(text: str) -> Content:

@@ -11,10 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import insert
 from sqlalchemy.engine import Connection
 
+from worker.agent.events import Brief
 from worker.agent.profiles import DEFAULT_PROFILE, get_profile
 from worker.agent.prompt import brief_message, build_prefix, make_brief
 from worker.errors import InputError
-from worker.models.sim.model import Persona, persona_for
+from worker.models.sim.personas import Persona, persona_for
 from worker.store.lifecycle import wave_start
 from worker.store.tables import events, outbox, runs, sessions, waves
 
@@ -199,8 +200,8 @@ def create_run(
                 "session_id": session_id,
                 "turn_no": 0,
                 "seq": 0,
-                "kind": "brief",
-                "payload": {"content": brief_message(row["brief"])},
+                "kind": Brief.kind.value,
+                "payload": Brief(brief_message(row["brief"])).to_payload(),
                 "created_at": now,
             }
             for session_id, row in zip(session_ids, rows, strict=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -98,8 +98,8 @@ class ToolContext:
     now: datetime
     handed_off: int | None = None
     """Artifact version id accepted by handoff during this turn."""
-    changed: list[str] = field(default_factory=list)
-    """Artifacts written during this turn."""
+    progress: bool = False
+    """The current call created or edited an artifact, or handed it off."""
 
 
 Handler = Callable[[Any, ToolContext], dict[str, Any]]
@@ -205,7 +205,7 @@ def _create(name: str, content: str, ctx: ToolContext) -> dict[str, Any]:
         turn_no=ctx.turn_no,
         now=ctx.now,
     )
-    ctx.changed.append(name)
+    ctx.progress = True
     return {"name": name, "version": version, "size_bytes": size, "regions": region_ids(content)}
 
 
@@ -243,7 +243,7 @@ def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any
     )
     if version is None:  # only a fenced writer can lose here; its transaction is discarded
         raise _conflict(current, args.expected_version)
-    ctx.changed.append(args.name)
+    ctx.progress = True
     return {"name": args.name, "version": version, "size_bytes": size}
 
 
@@ -312,6 +312,7 @@ def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
                 data={"open": open_items},
             )
     ctx.handed_off = workspace.version_id(ctx.conn, artifact_id=current.id, version=current.version)
+    ctx.progress = True
     return {"status": "handed_off", "artifact_name": current.name, "version": current.version}
 
 

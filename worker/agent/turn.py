@@ -1,22 +1,30 @@
 """One turn of one session: claim, rebuild, generate, run tools, commit, hand on.
 
 Every exit is written out: the turn is skipped (not due), fenced (another worker took the
-lease), committed (next turn or verification dispatched), ends the session (a guard, a
-fatal provider error, a poison turn), or asks to be retried later (a transient error).
+lease), committed (next turn or verification dispatched), ends the session (any
+:class:`~worker.errors.SessionStopped`: a limit, the budget, a loop, the quota, a cancel,
+a poison turn, a fatal provider error), or asks to be retried later (a transient error).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from datetime import timedelta
 from enum import Enum
-from typing import Any, NoReturn
-
-from sqlalchemy import update
+from typing import NoReturn
 
 from worker.agent import history, limits
+from worker.agent.events import (
+    Ended,
+    Event,
+    ModelOutput,
+    Nudge,
+    NudgeReason,
+    ToolFailure,
+    ToolResult,
+    decode,
+)
 from worker.agent.profiles import get_profile
 from worker.agent.prompt import build_prefix, user_text
 from worker.agent.runs import RunConfig
@@ -26,18 +34,14 @@ from worker.errors import (
     LimitExceeded,
     ModelFatal,
     ModelUnavailable,
-    RateLimited,
+    SessionStopped,
     ToolError,
     TransientError,
 )
 from worker.fleet.runtime import Runtime
 from worker.models.base import Model, ModelRequest, ModelTurn
-from worker.models.gemini import cache as caches
-from worker.models.limiter.base import ModelPaused, Throttled
-from worker.models.registry import GEMINI_PREFIX
-from worker.states import RunStatus, SessionStatus
+from worker.states import Outcome, RunStatus
 from worker.store import lifecycle
-from worker.store.tables import runs, sessions
 
 logger = logging.getLogger(__name__)
 
@@ -96,104 +100,103 @@ def run_turn(
     if claim is None:
         logger.info("turn %s/%s skipped: not due", session_id, turn_no)
         return TurnOutcome.skipped
-    if claim.attempts > rt.settings.max_turn_attempts:
-        return _end(
-            rt,
-            claim,
-            SessionStatus.error,
-            outcome="poison_turn",
-            error=f"turn {turn_no} was claimed {claim.attempts - 1} times without committing",
-        )
-    with rt.engine.connect() as conn:
-        view = lifecycle.load_session(conn, session_id=session_id)
-        spent = limits.spend(conn, session_id=session_id, run_id=view.run_id)
-    config = RunConfig.model_validate(view.run_config)
-    if view.run_status == RunStatus.cancelled.value:
-        return _end(
-            rt, claim, SessionStatus.cancelled, outcome="cancelled", error="the run was cancelled"
-        )
-    if turn_no >= config.max_turns:
-        return _end(
-            rt,
-            claim,
-            SessionStatus.stopped,
-            outcome="max_turns",
-            error=f"stopped after {turn_no} turns (max_turns={config.max_turns})",
-        )
     try:
-        limits.check_spend(config, spent, view.run_budget_usd)
-    except LimitExceeded as exc:
-        if exc.kind == "budget":
-            _record_run_stop(rt, view.run_id, f"budget: spent ${exc.value:.4f} of ${exc.limit:.4f}")
-        return _end(rt, claim, SessionStatus.stopped, outcome=exc.kind, error=str(exc))
-    profile = get_profile(view.profile)
-    prefix = build_prefix(profile)
-    request = ModelRequest(
-        model=view.model,
-        system_instruction=prefix.system_instruction,
-        tools=prefix.tools,
-        history=tuple(history.rebuild(view.events)),
-        tool_mode=profile.tool_mode,
-    )
-    called = time.monotonic()
-    try:
-        if config.cache == "explicit" and view.model.startswith(GEMINI_PREFIX):
-            request = replace(
-                request,
-                cached_content=caches.ensure_cache(
-                    rt,
-                    run_id=view.run_id,
-                    model=view.model,
-                    prefix=prefix,
-                    tool_mode=profile.tool_mode,
-                ),
-            )
-        answer = (model or rt.providers.model_for(view)).generate(request)
-    except ModelPaused as exc:
-        return _end(rt, claim, SessionStatus.stopped, outcome="quota", error=str(exc))
-    except ModelUnavailable as exc:
-        if isinstance(exc, RateLimited) and exc.quota == "day":
-            # The model is paused fleet-wide until the quota resets: stop, don't retry.
-            return _end(rt, claim, SessionStatus.stopped, outcome="quota", error=str(exc))
-        # A wait for the fleet's own limiter is no failure of the model.
-        counts = not isinstance(exc, Throttled)
-        if counts and retries >= rt.settings.max_model_retries:
-            return _end(
-                rt,
-                claim,
-                SessionStatus.error,
-                outcome="retries_exhausted",
-                error=f"model unavailable after {retries} retries: {exc}",
-            )
-        _retry_later(rt, claim, exc, retries, counts=counts)
-    except (ModelFatal, ConfigError) as exc:
-        return _end(rt, claim, SessionStatus.error, outcome="model_error", error=str(exc))
-    latency_ms = int((time.monotonic() - called) * 1000)
-    outcome, loop = _commit(rt, claim, view, config, answer, latency_ms)
-    if loop is not None:
-        return _end(
-            rt, claim, SessionStatus.stopped, outcome="loop", error=f"{loop.kind}: {loop.message}"
-        )
+        outcome, calls = _play(rt, claim, retries=retries, model=model)
+    except SessionStopped as stop:
+        return _end(rt, claim, stop)
     logger.info(
         "turn %s/%s %s in %.2fs (%d calls)",
         session_id,
         turn_no,
         outcome.value,
         time.monotonic() - started,
-        len(answer.calls),
+        calls,
     )
     return outcome
+
+
+def _play(
+    rt: Runtime, claim: lifecycle.Claim, *, retries: int, model: Model | None
+) -> tuple[TurnOutcome, int]:
+    """Check the guards, call the model and commit; returns the outcome and the calls made.
+
+    Raises:
+        SessionStopped: the session ends now.
+        TransientError: retry the turn later.
+    """
+    if claim.attempts > rt.settings.max_turn_attempts:
+        raise SessionStopped(
+            f"turn {claim.turn_no} was claimed {claim.attempts - 1} times without committing",
+            outcome=Outcome.poison_turn,
+        )
+    with rt.engine.connect() as conn:
+        view = lifecycle.load_session(conn, session_id=claim.session_id)
+        spent = limits.spend(conn, session_id=claim.session_id, run_id=view.run_id)
+    config = RunConfig.model_validate(view.run_config)
+    if view.run_status == RunStatus.cancelled.value:
+        raise SessionStopped("the run was cancelled", outcome=Outcome.cancelled)
+    limits.check_turns(config, claim.turn_no)
+    limits.check_spend(config, spent, view.run_budget_usd)
+    log = [decode(kind, payload) for kind, payload in view.events]
+    profile = get_profile(view.profile)
+    prefix = build_prefix(profile)
+    request = ModelRequest(
+        model=view.model,
+        system_instruction=prefix.system_instruction,
+        tools=prefix.tools,
+        history=tuple(history.rebuild(log)),
+        tool_mode=profile.tool_mode,
+    )
+    called = time.monotonic()
+    answer = _generate(rt, claim, request, model or _model_for(rt, view), retries=retries)
+    latency_ms = int((time.monotonic() - called) * 1000)
+    outcome = _commit(rt, claim, view, log, config, answer, latency_ms)
+    return outcome, len(answer.calls)
+
+
+def _model_for(rt: Runtime, view: lifecycle.SessionView) -> Model:
+    try:
+        return rt.providers.model_for(view)
+    except ConfigError as exc:
+        raise SessionStopped(str(exc), outcome=Outcome.model_error) from exc
+
+
+def _generate(
+    rt: Runtime, claim: lifecycle.Claim, request: ModelRequest, model: Model, *, retries: int
+) -> ModelTurn:
+    """The model's answer; a failure becomes a stop or a retry.
+
+    Raises:
+        SessionStopped: the provider refused for good, or retries are used up.
+        TransientError: retry the turn later.
+    """
+    try:
+        return model.generate(request)
+    except ModelUnavailable as exc:
+        if exc.counts and retries >= rt.settings.max_model_retries:
+            raise SessionStopped(
+                f"model unavailable after {retries} retries: {exc}",
+                outcome=Outcome.retries_exhausted,
+            ) from exc
+        _retry_later(rt, claim, exc, retries)
+    except (ModelFatal, ConfigError) as exc:
+        raise SessionStopped(str(exc), outcome=Outcome.model_error) from exc
 
 
 def _commit(
     rt: Runtime,
     claim: lifecycle.Claim,
     view: lifecycle.SessionView,
+    log: list[Event],
     config: RunConfig,
     answer: ModelTurn,
     latency_ms: int,
-) -> tuple[TurnOutcome, limits.Loop | None]:
-    """Commit the turn; returns its outcome and a loop that must now end the session."""
+) -> TurnOutcome:
+    """Commit the turn: its events, tool effects, usage and ``next_turn + 1``, at once.
+
+    Raises:
+        SessionStopped: the turn committed, and the loop detector now ends the session.
+    """
     now = rt.clock()
     profile = get_profile(view.profile)
     with rt.engine.begin() as conn:
@@ -204,38 +207,23 @@ def _commit(
                 claim.turn_no,
                 claim.epoch,
             )
-            return TurnOutcome.fenced, None
+            return TurnOutcome.fenced
         ctx = ToolContext(
             conn=conn, session_id=claim.session_id, turn_no=claim.turn_no, profile=profile, now=now
         )
         stored = history.elide_long_args(
             answer.content, max_chars=STORED_ARG_CEILINGS * profile.artifact_max_bytes
         )
-        items: list[tuple[str, dict[str, Any]]] = [
-            ("model", {"content": stored, "finish_reason": answer.finish_reason})
-        ]
+        items: list[Event] = [ModelOutput(stored, answer.finish_reason)]
         items += _run_tools(answer, ctx)
         if not answer.calls:
-            items.append(
-                ("nudge", {"reason": "no_tool_call", "content": user_text(NO_CALL_NOTICE)})
-            )
+            items.append(Nudge(NudgeReason.no_tool_call, user_text(NO_CALL_NOTICE)))
         loop, warnings = (
-            (None, 0)
-            if ctx.handed_off is not None
-            else limits.find_loop([*view.events, *items], config)
+            (None, 0) if ctx.handed_off is not None else limits.find_loop([*log, *items], config)
         )
         if loop is not None and warnings == 0:
             # The first time, the agent is told what it repeats and what to do instead.
-            items.append(
-                (
-                    "nudge",
-                    {
-                        "reason": limits.LOOP_NUDGE,
-                        "kind": loop.kind,
-                        "content": user_text(loop.message),
-                    },
-                )
-            )
+            items.append(Nudge(NudgeReason.loop, user_text(loop.message), loop_kind=loop.kind))
             loop = None
         lifecycle.add_events(
             conn, session_id=claim.session_id, turn_no=claim.turn_no, items=items, now=now
@@ -259,31 +247,25 @@ def _commit(
                 "latency_ms": latency_ms,
             },
         )
-        verifying = ctx.handed_off is not None
-        status = SessionStatus.verifying if verifying else SessionStatus.running
-        committed = lifecycle.fence_turn(conn, claim=claim, now=now, status=status)
+        committed = lifecycle.fence_turn(
+            conn, claim=claim, now=now, handoff_version_id=ctx.handed_off
+        )
         assert committed, "the lease was checked under a row lock in this transaction"
-        if verifying:
-            conn.execute(
-                update(sessions)
-                .where(sessions.c.id == claim.session_id)
-                .values(handoff_version_id=ctx.handed_off)
-            )
     if loop is not None:
-        return TurnOutcome.committed, loop
+        raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
     nxt = (
         lifecycle.Dispatch(claim.session_id, "verify", view.repair_round)
-        if verifying
+        if ctx.handed_off is not None
         else lifecycle.Dispatch(claim.session_id, "turn", claim.turn_no + 1)
     )
     rt.send_all([nxt])
-    return TurnOutcome.committed, None
+    return TurnOutcome.committed
 
 
-def _run_tools(answer: ModelTurn, ctx: ToolContext) -> list[tuple[str, dict[str, Any]]]:
-    items: list[tuple[str, dict[str, Any]]] = []
+def _run_tools(answer: ModelTurn, ctx: ToolContext) -> list[Event]:
+    items: list[Event] = []
     for call in answer.calls:
-        base = {"name": call.name, "call_id": call.id}
+        ctx.progress = False
         try:
             if ctx.handed_off is not None:
                 raise ToolError(
@@ -293,24 +275,21 @@ def _run_tools(answer: ModelTurn, ctx: ToolContext) -> list[tuple[str, dict[str,
                 )
             output = run_tool(call, ctx)
         except ToolError as exc:
-            items.append(
-                ("tool_error", {**base, "kind": exc.kind, "response": {"error": exc.to_result()}})
-            )
+            items.append(ToolFailure(call.name, call.id, exc.kind, exc.to_result()))
         else:
-            items.append(("tool_result", {**base, "response": {"output": output}}))
+            items.append(ToolResult(call.name, call.id, output, progress=ctx.progress))
     return items
 
 
-def _end(
-    rt: Runtime, claim: lifecycle.Claim, status: SessionStatus, *, outcome: str, error: str
-) -> TurnOutcome:
+def _end(rt: Runtime, claim: lifecycle.Claim, stop: SessionStopped) -> TurnOutcome:
+    """End the session as ``stop`` says, if this worker still holds its lease."""
+    outcome, error = stop.outcome, str(stop)
     with rt.engine.begin() as conn:
         ended = lifecycle.end_session(
             conn,
             session_id=claim.session_id,
-            status=status,
-            now=rt.clock(),
             outcome=outcome,
+            now=rt.clock(),
             error=error,
             epoch=claim.epoch,
         )
@@ -319,41 +298,38 @@ def _end(
                 conn,
                 session_id=claim.session_id,
                 turn_no=claim.turn_no,
-                items=[("ended", {"status": status.value, "outcome": outcome, "error": error})],
+                items=[Ended(outcome.status.value, outcome.value, error)],
                 now=rt.clock(),
             )
+            if isinstance(stop, LimitExceeded) and outcome is Outcome.budget:
+                reason = f"budget: spent ${stop.value:.4f} of ${stop.limit:.4f}"
+                lifecycle.record_run_stop(conn, session_id=claim.session_id, reason=reason)
     if not ended:
         return TurnOutcome.fenced
     logger.info(
         "session %s ended %s (%s) at turn %s",
         claim.session_id,
-        status.value,
-        outcome,
+        outcome.status.value,
+        outcome.value,
         claim.turn_no,
     )
     rt.flush_outbox()
     return TurnOutcome.ended
 
 
-def _record_run_stop(rt: Runtime, run_id: int, reason: str) -> None:
-    with rt.engine.begin() as conn:
-        conn.execute(
-            update(runs)
-            .where(runs.c.id == run_id, runs.c.stop_reason.is_(None))
-            .values(stop_reason=reason)
-        )
-
-
 def _retry_later(
-    rt: Runtime, claim: lifecycle.Claim, exc: TransientError, retries: int, *, counts: bool
+    rt: Runtime, claim: lifecycle.Claim, exc: TransientError, retries: int
 ) -> NoReturn:
     # The server's own retry delay wins; otherwise back off exponentially.
     delay_s = exc.delay_s if exc.delay_s is not None else backoff_s(rt, retries)
     with rt.engine.begin() as conn:
         lifecycle.release_turn(
-            conn, claim=claim, counted=counts, retry_at=rt.clock() + timedelta(seconds=delay_s)
+            conn,
+            claim=claim,
+            counted=exc.counts,
+            retry_at=rt.clock() + timedelta(seconds=delay_s),
         )
     logger.warning(
         "turn %s/%s: %s; retrying in %.1fs", claim.session_id, claim.turn_no, exc, delay_s
     )
-    raise TransientError(str(exc), delay_s=delay_s, counts=counts) from exc
+    raise TransientError(str(exc), delay_s=delay_s, counts=exc.counts) from exc

@@ -6,13 +6,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
 
+from worker.agent.events import Feedback
 from worker.agent.profiles import get_profile
-from worker.agent.prompt import user_text
+from worker.agent.prompt import feedback_text, user_text
 from worker.agent.runs import RunConfig
 from worker.fleet.runtime import Runtime
-from worker.states import SessionStatus
+from worker.states import Outcome, SessionStatus
 from worker.store import lifecycle
 from worker.store.tables import artifact_versions as _versions
 from worker.store.tables import runs, sessions, verifications
@@ -71,18 +72,6 @@ def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | No
     )
 
 
-def feedback_text(checks: list[dict[str, Any]], *, round_no: int, rounds: int) -> str:
-    """The verifier's findings as the agent's next user message."""
-    lines = [f"- {c['name']}: {c['detail']}" for c in checks if not c.get("passed")]
-    return (
-        f"The verifier rejected the artifact (repair round {round_no + 1} of {rounds}). "
-        "Findings:\n"
-        + "\n".join(lines)
-        + '\nRepair the same artifact in place with manage_artifact(action="edit", '
-        "expected_version=...) and hand it off again."
-    )
-
-
 def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
     """Store the verdict and move the session on, exactly once per round.
 
@@ -124,27 +113,20 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
             lifecycle.end_session(
                 conn,
                 session_id=handoff.session_id,
-                status=SessionStatus.succeeded,
-                outcome="verified",
+                outcome=Outcome.verified,
                 now=now,
             )
         elif handoff.round < rounds:
             result = "repair"
-            conn.execute(
-                update(s)
-                .where(s.c.id == handoff.session_id)
-                .values(
-                    status=SessionStatus.running.value,
-                    repair_round=handoff.round + 1,
-                    dispatched_at=now,
-                )
+            lifecycle.start_repair(
+                conn, session_id=handoff.session_id, repair_round=handoff.round + 1, now=now
             )
             text = feedback_text(verdict.checks, round_no=handoff.round, rounds=rounds)
             lifecycle.add_events(
                 conn,
                 session_id=handoff.session_id,
                 turn_no=row.next_turn,
-                items=[("feedback", {"content": user_text(text), "round": handoff.round})],
+                items=[Feedback(user_text(text), handoff.round)],
                 now=now,
             )
             nxt = lifecycle.Dispatch(handoff.session_id, "turn", row.next_turn)
@@ -154,8 +136,7 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
             lifecycle.end_session(
                 conn,
                 session_id=handoff.session_id,
-                status=SessionStatus.failed,
-                outcome="failed_verification",
+                outcome=Outcome.failed_verification,
                 now=now,
                 error=f"verification failed after {rounds} repair rounds: {failed}",
             )

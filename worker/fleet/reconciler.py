@@ -17,7 +17,6 @@ from datetime import timedelta
 from sqlalchemy import update
 
 from worker.fleet.runtime import Runtime
-from worker.models.gemini import cache as caches
 from worker.states import SessionStatus
 from worker.store import lifecycle
 from worker.store.tables import sessions
@@ -57,7 +56,7 @@ def reconcile_once(rt: Runtime) -> int:
     if dispatches:
         logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
     sent = rt.send_all(dispatches)
-    caches.drop_ended(rt)
+    rt.providers.release_ended_runs()
     return sent
 
 

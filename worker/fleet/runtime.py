@@ -41,7 +41,7 @@ class Runtime:
     @cached_property
     def providers(self) -> Providers:
         """The process's model clients, shared by every turn."""
-        return Providers(self.settings)
+        return Providers(self.settings, engine=self.engine)
 
     def send_all(self, items: Iterable[lifecycle.Dispatch]) -> int:
         """Send tasks after their transaction committed; a lost send is the reconciler's."""

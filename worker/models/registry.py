@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict
-from datetime import datetime
 from functools import cached_property
-from typing import Any
 
 import redis
 from google import genai
+from sqlalchemy import Engine
 
 from worker.agent.runs import RunConfig
-from worker.errors import ConfigError
-from worker.models.base import Model, ToolSpec
+from worker.errors import ConfigError, LimiterUnavailable
+from worker.models.base import Model, ModelRequest
+from worker.models.gemini.cache import RunCache, drop_ended
 from worker.models.gemini.client import (
     CachedPrefix,
     GeminiModel,
@@ -21,11 +20,13 @@ from worker.models.gemini.client import (
     delete_cache,
     make_client,
 )
-from worker.models.limiter.base import LimitConfig, Limiter, LimiterUnavailable, LocalLimiter
+from worker.models.limiter.base import LimitConfig, Limiter, LimiterState, LocalLimiter
 from worker.models.limiter.redis import RedisLimiter
 from worker.models.pricing import PriceTable
-from worker.models.sim.model import Persona, SimModel, flaw_for
+from worker.models.sim.model import SimModel
+from worker.models.sim.personas import Persona, flaw_for
 from worker.settings import Settings
+from worker.store.engine import utcnow
 from worker.store.lifecycle import SessionView
 
 #: Model name of the offline stand-in.
@@ -54,8 +55,9 @@ class Providers:
         settings: The process's settings.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, engine: Engine | None = None) -> None:
         self.settings = settings
+        self.engine = engine
         self._lock = threading.Lock()
 
     def model_for(self, view: SessionView) -> Model:
@@ -85,6 +87,7 @@ class Providers:
                 thinking_level=s.thinking_level,
                 thinking_budget=s.thinking_budget,
                 wait_s=s.limiter_wait_s,
+                cache=self._run_cache(view.run_id) if config.cache == "explicit" else None,
             )
         raise ConfigError(f"no provider serves model {view.model!r}")
 
@@ -119,45 +122,35 @@ class Providers:
             return RedisLimiter(client, config, prefix=s.limiter_prefix)
         return LocalLimiter(config)
 
-    def create_cache(
-        self,
-        *,
-        model: str,
-        system_instruction: str,
-        tools: tuple[ToolSpec, ...],
-        tool_mode: str,
-        display_name: str,
-    ) -> CachedPrefix:
-        """Cache a run's stable prefix at the Gemini API (see ``client.create_cache``)."""
+    def _run_cache(self, run_id: int) -> RunCache:
+        if self.engine is None:
+            raise ConfigError("an explicit context cache needs the database")
+        return RunCache(engine=self.engine, run_id=run_id, create=self._create_cache, clock=utcnow)
+
+    def _create_cache(self, request: ModelRequest, display_name: str) -> CachedPrefix:
         return create_cache(
             self.client,
-            model=model,
-            system_instruction=system_instruction,
-            tools=tools,
-            tool_mode=tool_mode,
+            model=request.model,
+            system_instruction=request.system_instruction,
+            tools=request.tools,
+            tool_mode=request.tool_mode,
             ttl_s=self.settings.cache_ttl_s,
             display_name=display_name,
         )
+
+    def release_ended_runs(self) -> int:
+        """Free what providers hold for runs that have ended (explicit caches); how many."""
+        if self.engine is None:
+            return 0
+        return drop_ended(self.engine, delete=self.delete_cache, now=utcnow())
 
     def delete_cache(self, name: str) -> None:
         """Delete an explicit cache at the Gemini API."""
         delete_cache(self.client, name)
 
-    def limiter_status(self, model: str) -> dict[str, Any]:
-        """The fleet limiter's state for ``model``, JSON-ready (for ``status``)."""
+    def limiter_status(self, model: str) -> LimiterState | str:
+        """The fleet limiter's state for ``model`` (for ``status``), or why it is unknown."""
         try:
-            state = self.limiter.state(model)
+            return self.limiter.state(model)
         except LimiterUnavailable as exc:
-            return {"model": model, "error": str(exc)}
-        out = asdict(state)
-        out["cooldown_until"] = _iso(state.cooldown_until)
-        out["paused"] = (
-            {"until": _iso(state.paused.until), "reason": state.paused.reason}
-            if state.paused
-            else None
-        )
-        return out
-
-
-def _iso(when: datetime | None) -> str | None:
-    return when.isoformat() if when else None
+            return str(exc)

@@ -9,7 +9,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
 from worker.errors import InputError, LadderNotFound, RunNotFound
-from worker.states import RunStatus, SessionStatus
+from worker.states import Outcome, RunStatus, SessionStatus
 from worker.store import lifecycle
 from worker.store.tables import ladders, runs, sessions
 
@@ -58,9 +58,8 @@ def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
         elif lifecycle.end_session(
             conn,
             session_id=row.id,
-            status=SessionStatus.cancelled,
             now=now,
-            outcome="cancelled",
+            outcome=Outcome.cancelled,
             error="the run was cancelled",
         ):
             ended += 1

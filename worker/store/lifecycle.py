@@ -6,14 +6,16 @@ transaction, so a turn's effects commit or vanish together.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from enum import Enum
+from typing import Any, Protocol
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from worker.states import TERMINAL, RunStatus, SessionStatus, WaveStatus
+from worker.states import TERMINAL, Outcome, RunStatus, SessionStatus, WaveStatus
 from worker.store.engine import notify_run
 from worker.store.tables import events, ladders, outbox, runs, sessions, usage, waves
 
@@ -21,6 +23,19 @@ from worker.store.tables import events, ladders, outbox, runs, sessions, usage, 
 ACTIVE = tuple(s.value for s in SessionStatus if s not in TERMINAL)
 #: Outbox kind that starts the next wave of a run.
 START_WAVE = "start_wave"
+
+
+class LogEntry(Protocol):
+    """An event as the log stores it (``worker.agent.events`` defines them)."""
+
+    @property
+    def kind(self) -> Enum:
+        """The event's kind; its value is stored."""
+        ...
+
+    def to_payload(self) -> dict[str, Any]:
+        """The event's JSON payload."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -96,12 +111,16 @@ def release_turn(
     return result.rowcount == 1
 
 
-def fence_turn(conn: Connection, *, claim: Claim, now: datetime, status: SessionStatus) -> bool:
+def fence_turn(
+    conn: Connection, *, claim: Claim, now: datetime, handoff_version_id: int | None = None
+) -> bool:
     """Commit point of a turn: advance ``next_turn`` if this worker still holds the lease.
 
     Must be the first statement of the commit transaction: it row-locks the session, so
-    a stale worker (whose epoch was superseded) changes 0 rows and writes nothing.
+    a stale worker (whose epoch was superseded) changes 0 rows and writes nothing. With
+    ``handoff_version_id`` the session goes on to ``verifying`` that artifact version.
     """
+    status = SessionStatus.running if handoff_version_id is None else SessionStatus.verifying
     result = conn.execute(
         update(sessions)
         .where(
@@ -117,6 +136,9 @@ def fence_turn(conn: Connection, *, claim: Claim, now: datetime, status: Session
             lease_expires_at=None,
             dispatched_at=now,
             status=status.value,
+            handoff_version_id=(
+                sessions.c.handoff_version_id if handoff_version_id is None else handoff_version_id
+            ),
         )
     )
     return result.rowcount == 1
@@ -140,18 +162,17 @@ def end_session(
     conn: Connection,
     *,
     session_id: int,
-    status: SessionStatus,
+    outcome: Outcome,
     now: datetime,
-    outcome: str | None = None,
     error: str | None = None,
     epoch: int | None = None,
 ) -> bool:
-    """End an active session and count it on its wave's barrier.
+    """End an active session with ``outcome`` and count it on its wave's barrier.
 
-    With ``epoch``, only the lease holder may end it. Returns False when the session had
-    already ended (or the lease moved on), so an ending is recorded exactly once.
+    The outcome decides the terminal status. With ``epoch``, only the lease holder may end
+    it. Returns False when the session had already ended (or the lease moved on), so an
+    ending is recorded exactly once.
     """
-    assert status in TERMINAL
     conditions = [sessions.c.id == session_id, sessions.c.status.in_(ACTIVE)]
     if epoch is not None:
         conditions.append(sessions.c.lease_epoch == epoch)
@@ -159,8 +180,8 @@ def end_session(
         update(sessions)
         .where(*conditions)
         .values(
-            status=status.value,
-            outcome=outcome or status.value,
+            status=outcome.status.value,
+            outcome=outcome.value,
             error=error,
             finished_at=now,
             lease_owner=None,
@@ -172,6 +193,25 @@ def end_session(
         return False
     _count_on_barrier(conn, wave_id=row.wave_id, run_id=row.run_id, now=now)
     return True
+
+
+def start_repair(conn: Connection, *, session_id: int, repair_round: int, now: datetime) -> None:
+    """Send a verifying session back to work on ``repair_round`` (the verifier rejected it)."""
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.status == SessionStatus.verifying.value)
+        .values(status=SessionStatus.running.value, repair_round=repair_round, dispatched_at=now)
+    )
+
+
+def record_run_stop(conn: Connection, *, session_id: int, reason: str) -> None:
+    """Record why a session's run stopped early, unless a reason is recorded already."""
+    run_id = select(sessions.c.run_id).where(sessions.c.id == session_id).scalar_subquery()
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id, runs.c.stop_reason.is_(None))
+        .values(stop_reason=reason)
+    )
 
 
 def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datetime) -> None:
@@ -331,10 +371,10 @@ def add_events(
     *,
     session_id: int,
     turn_no: int,
-    items: list[tuple[str, dict[str, Any]]],
+    items: Sequence[LogEntry],
     now: datetime,
 ) -> None:
-    """Append ``(kind, payload)`` events to a turn, after any already there."""
+    """Append events to a turn, after any already there."""
     if not items:
         return
     seq = next_seq(conn, session_id=session_id, turn_no=turn_no)
@@ -345,11 +385,11 @@ def add_events(
                 "session_id": session_id,
                 "turn_no": turn_no,
                 "seq": seq + i,
-                "kind": kind,
-                "payload": payload,
+                "kind": item.kind.value,
+                "payload": item.to_payload(),
                 "created_at": now,
             }
-            for i, (kind, payload) in enumerate(items)
+            for i, item in enumerate(items)
         ],
     )
 

@@ -8,12 +8,14 @@ import pytest
 from sqlalchemy import select
 
 from tests.factories import ScriptedModel, call, make_run, model_turn, page
-from worker.agent.limits import LOOP_NUDGE, find_loop
+from worker.agent.events import Event, ModelOutput, Nudge, NudgeReason, ToolFailure, ToolResult
+from worker.agent.limits import find_loop
 from worker.agent.runs import RunConfig
 from worker.agent.turn import run_turn
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelTurn
-from worker.models.sim.model import Persona, SimModel
+from worker.models.sim.model import SimModel
+from worker.models.sim.personas import Persona
 from worker.store.tables import events, runs, sessions
 
 pytestmark = pytest.mark.services
@@ -21,20 +23,17 @@ pytestmark = pytest.mark.services
 CONFIG = RunConfig(waves="1")
 
 
-def _model(*calls: Any) -> tuple[str, dict[str, Any]]:
+def _model(*calls: Any) -> Event:
     parts = [{"function_call": {"name": c.name, "args": c.args}} for c in calls]
-    return ("model", {"content": {"role": "model", "parts": parts}})
+    return ModelOutput({"role": "model", "parts": parts})
 
 
-def _ok(name: str, **output: Any) -> tuple[str, dict[str, Any]]:
-    return ("tool_result", {"name": name, "response": {"output": output}})
+def _ok(name: str, *, progress: bool = False, **output: Any) -> Event:
+    return ToolResult(name, None, output, progress=progress)
 
 
-def _error(kind: str) -> tuple[str, dict[str, Any]]:
-    return (
-        "tool_error",
-        {"name": "manage_artifact", "kind": kind, "response": {"error": {"kind": kind}}},
-    )
+def _error(kind: str) -> Event:
+    return ToolFailure("manage_artifact", None, kind, {"kind": kind})
 
 
 def test_a_normal_session_is_no_loop() -> None:
@@ -44,9 +43,9 @@ def test_a_normal_session_is_no_loop() -> None:
         _model(call("manage_artifact", action="create", name="d", content="x")),
         _error("bad_arguments"),
         _model(call("manage_artifact", action="create", name="d", content="y")),
-        _ok("manage_artifact", version=1, size_bytes=1),
+        _ok("manage_artifact", progress=True, version=1, size_bytes=1),
         _model(call("handoff", summary="s", artifact_name="d")),
-        _ok("handoff"),
+        _ok("handoff", progress=True),
     ]
     assert find_loop(log, CONFIG) == (None, 0)
 
@@ -58,14 +57,14 @@ def test_the_same_call_three_times_is_a_loop_until_warned() -> None:
     assert loop is not None and loop.kind == "repeat" and warnings == 0
     assert "plan_manage" in loop.message and "3 times" in loop.message
     # After the warning the count starts again
-    warned = [*log, ("nudge", {"reason": LOOP_NUDGE})]
+    warned = [*log, Nudge(NudgeReason.loop, {"role": "user", "parts": [{"text": "loop"}]})]
     assert find_loop(warned, CONFIG) == (None, 1)
     assert find_loop(warned + log, CONFIG)[1] == 1
     assert find_loop(warned + log, CONFIG)[0] is not None
 
 
 def test_consecutive_tool_errors_are_a_loop() -> None:
-    log = []
+    log: list[Event] = []
     for i in range(4):
         log += [_model(call("manage_artifact", action="get", name=f"x{i}")), _error("not_found")]
     loop, _ = find_loop(log, CONFIG)
@@ -74,7 +73,7 @@ def test_consecutive_tool_errors_are_a_loop() -> None:
 
 
 def test_turns_without_writing_the_artifact_are_a_loop() -> None:
-    log = []
+    log: list[Event] = []
     for i in range(6):
         log += [
             _model(call("manage_artifact", action="get", name=f"n{i % 2}")),

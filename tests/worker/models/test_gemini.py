@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from google.genai import errors, types
@@ -12,7 +13,7 @@ from google.genai import errors, types
 from ops.fake_gemini import FakeGemini, Fault, FaultRule
 from worker.agent.profiles import get_profile
 from worker.agent.prompt import brief_message, build_prefix, make_brief
-from worker.errors import ModelFatal, ModelUnavailable, RateLimited
+from worker.errors import ModelFatal, ModelPaused, ModelUnavailable, RateLimited
 from worker.models.base import ModelRequest
 from worker.models.gemini.client import (
     GeminiModel,
@@ -21,7 +22,8 @@ from worker.models.gemini.client import (
     make_client,
     thinking_for,
 )
-from worker.models.limiter.base import LimitConfig, LocalLimiter, ModelPaused
+from worker.models.limiter.base import LimitConfig, LocalLimiter
+from worker.states import Outcome
 
 MODEL = "gemini-3-flash-preview"
 CANARY = "canary-key-3f9c1e"
@@ -32,7 +34,7 @@ def _model(fake: FakeGemini, *, timeout_s: float = 2.0) -> GeminiModel:
     return GeminiModel(client=client, limiter=LocalLimiter(LimitConfig()), wait_s=3.0)
 
 
-def _request(history: list[dict] | None = None, model: str = MODEL) -> ModelRequest:
+def _request(history: list[dict[str, Any]] | None = None, model: str = MODEL) -> ModelRequest:
     prefix = build_prefix(get_profile("candidate"))
     return ModelRequest(
         model=model,
@@ -42,7 +44,7 @@ def _request(history: list[dict] | None = None, model: str = MODEL) -> ModelRequ
     )
 
 
-def _respond(turn_content: dict, version: int = 1) -> dict:
+def _respond(turn_content: dict[str, Any], version: int = 1) -> dict[str, Any]:
     parts = [
         {
             "function_response": {
@@ -143,9 +145,10 @@ def test_a_daily_quota_pauses_the_model(fake_gemini: Callable[..., FakeGemini]) 
     # Given the API says the model's per-day quota is spent
     fake = fake_gemini(faults=[FaultRule(Fault.rate_day)])
     model = _model(fake)
-    with pytest.raises(RateLimited) as raised:
+    # When a turn asks for the model, the session is stopped for the quota
+    with pytest.raises(ModelPaused) as raised:
         model.generate(_request())
-    assert raised.value.quota == "day"
+    assert raised.value.outcome is Outcome.quota
     # When another turn asks for the model
     with pytest.raises(ModelPaused, match="per day"):
         model.generate(_request())

@@ -12,18 +12,25 @@ from uuid import uuid4
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from worker.errors import ConfigError, ModelUnavailable, SwarmError, TransientError
+from worker.errors import (
+    ConfigError,
+    LimiterUnavailable,
+    ModelPaused,
+    ModelUnavailable,
+    SwarmError,
+    Throttled,
+    TransientError,
+)
 from worker.models.limiter.base import (
     BUSY_DELAY_S,
     LimitConfig,
     Limiter,
-    LimiterUnavailable,
     LocalLimiter,
-    ModelPaused,
     Outcome,
     Permit,
-    Throttled,
 )
 from worker.models.limiter.redis import RedisLimiter
 
@@ -255,13 +262,14 @@ def test_pause_reports_reason_and_until_then_expires(make_limiter: MakeLimiter) 
     with pytest.raises(ModelPaused) as caught:
         limiter.acquire(MODEL, tokens=1, wait_s=5)
     # Then it is told at once why and until when, as an error not to retry
-    paused = caught.value.paused
+    paused = caught.value
     assert (paused.model, paused.reason) == (MODEL, "daily quota exhausted")
     assert abs(paused.until - until) < timedelta(milliseconds=1)
     assert paused.until.tzinfo is not None
     assert isinstance(caught.value, SwarmError)
     assert not isinstance(caught.value, TransientError)
-    assert limiter.state(MODEL).paused == paused
+    state = limiter.state(MODEL).paused
+    assert state is not None and (state.until, state.reason) == (paused.until, paused.reason)
     # And once that time has passed, permits are granted again
     time.sleep(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 0.05)
     assert limiter.state(MODEL).paused is None
@@ -355,7 +363,9 @@ def test_many_threads_never_hold_more_than_k(make_limiter: MakeLimiter) -> None:
 @pytest.mark.services
 def test_unreachable_redis_is_a_model_unavailable_error() -> None:
     # Given a limiter whose Redis is not listening
-    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=None)
+    client = redis.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
     limiter = RedisLimiter(client, LimitConfig())
     # When a permit is asked for, Then the error says "try later" and keeps its cause
     with pytest.raises(LimiterUnavailable) as caught:

@@ -11,7 +11,8 @@ from tests.factories import make_run
 from worker.agent.turn import run_turn
 from worker.agent.verdicts import VerdictIn, load_handoff, record_verdict
 from worker.fleet.runtime import Runtime
-from worker.models.sim.model import Persona, SimModel
+from worker.models.sim.model import SimModel
+from worker.models.sim.personas import Persona
 from worker.store.tables import artifact_versions, artifacts, events, plans, sessions
 
 pytestmark = pytest.mark.services

@@ -3,60 +3,82 @@
 The cache holds the run's stable prefix (system instruction, tools, tool config), which is
 byte-identical across the run's sessions; requests then name the cache instead of sending
 the prefix. The database records each cache, so every worker uses the same one and a
-reconciler pass deletes it once the run has ended.
+reconciler pass deletes it once the run has ended. Only the Gemini provider knows of it:
+the turn loop sends the same request either way.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from datetime import datetime
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.engine import Connection
 
-from worker.agent.prompt import Prefix
 from worker.errors import SwarmError
-from worker.fleet.runtime import Runtime
+from worker.models.base import ModelRequest
+from worker.models.gemini.client import CachedPrefix
 from worker.store.tables import caches, runs
 
 logger = logging.getLogger(__name__)
 
 
-def ensure_cache(rt: Runtime, *, run_id: int, model: str, prefix: Prefix, tool_mode: str) -> str:
-    """The name of the run's cache, created at the provider by the first turn that asks.
+class RunCache:
+    """The explicit cache of one run's prefix, shared by every session of the run.
 
-    Raises:
-        ModelUnavailable: the provider failed for now (the turn is retried).
-        ModelFatal: the provider refused to cache the prefix.
+    Args:
+        engine: Where caches are recorded.
+        run_id: The run.
+        create: Caches a request's prefix at the provider.
+        clock: The current time (UTC).
     """
-    with rt.engine.connect() as conn:
-        name = _live(conn, run_id)
-    if name is not None:
-        return name
-    with rt.engine.begin() as conn:
-        # The run's row lock makes the first turns of a run wait for one creation.
-        conn.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update())
-        name = _live(conn, run_id)
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        run_id: int,
+        create: Callable[[ModelRequest, str], CachedPrefix],
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        self.create = create
+        self.clock = clock
+
+    def name_for(self, request: ModelRequest) -> str:
+        """The name of the run's cache, created at the provider by the first turn that asks.
+
+        Raises:
+            ModelUnavailable: the provider failed for now (the turn is retried).
+            ModelFatal: the provider refused to cache the prefix.
+        """
+        with self.engine.connect() as conn:
+            name = _live(conn, self.run_id)
         if name is not None:
             return name
-        created = rt.providers.create_cache(
-            model=model,
-            system_instruction=prefix.system_instruction,
-            tools=prefix.tools,
-            tool_mode=tool_mode,
-            display_name=f"swarm run {run_id} {prefix.sha256[:12]}",
-        )
-        conn.execute(
-            insert(caches).values(
-                run_id=run_id,
-                model=model,
-                name=created.name,
-                tokens=created.tokens,
-                created_at=rt.clock(),
-                expires_at=created.expires_at,
+        with self.engine.begin() as conn:
+            # The run's row lock makes the first turns of a run wait for one creation.
+            conn.execute(select(runs.c.id).where(runs.c.id == self.run_id).with_for_update())
+            name = _live(conn, self.run_id)
+            if name is not None:
+                return name
+            created = self.create(request, f"swarm run {self.run_id}")
+            conn.execute(
+                insert(caches).values(
+                    run_id=self.run_id,
+                    model=request.model,
+                    name=created.name,
+                    tokens=created.tokens,
+                    created_at=self.clock(),
+                    expires_at=created.expires_at,
+                )
             )
+        logger.info(
+            "run %s: cached its prefix as %s (%d tokens)", self.run_id, created.name, created.tokens
         )
-    logger.info("run %s: cached its prefix as %s (%d tokens)", run_id, created.name, created.tokens)
-    return created.name
+        return created.name
 
 
 def _live(conn: Connection, run_id: int) -> str | None:
@@ -65,23 +87,23 @@ def _live(conn: Connection, run_id: int) -> str | None:
     ).scalar()
 
 
-def drop_ended(rt: Runtime) -> int:
+def drop_ended(engine: Engine, *, delete: Callable[[str], None], now: datetime) -> int:
     """Delete the caches of runs that have ended; returns how many were deleted.
 
     A cache the provider cannot delete now expires on its own (``cache_ttl_s``).
     """
-    with rt.engine.begin() as conn:
+    with engine.begin() as conn:
         ended = select(runs.c.id).where(runs.c.finished_at.is_not(None))
         # Claimed by UPDATE ... RETURNING: two reconcilers never delete the same cache.
         names = conn.execute(
             update(caches)
             .where(caches.c.deleted_at.is_(None), caches.c.run_id.in_(ended))
-            .values(deleted_at=rt.clock())
+            .values(deleted_at=now)
             .returning(caches.c.run_id, caches.c.name)
         ).all()
     for run_id, name in names:
         try:
-            rt.providers.delete_cache(name)
+            delete(name)
         except SwarmError as exc:
             logger.warning(
                 "run %s: could not delete cache %s (%s); it expires on its own", run_id, name, exc

@@ -13,9 +13,9 @@ import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import httpx2
@@ -23,9 +23,19 @@ from google import genai
 from google.genai import errors, types
 from pydantic import ValidationError
 
-from worker.errors import ModelFatal, ModelUnavailable, RateLimited, SwarmError
+from worker.errors import (
+    LimiterUnavailable,
+    ModelFatal,
+    ModelPaused,
+    ModelUnavailable,
+    RateLimited,
+    SwarmError,
+)
 from worker.models.base import ModelRequest, ModelTurn, TokenUsage, ToolSpec, calls_of
-from worker.models.limiter.base import Limiter, LimiterUnavailable, Outcome, Permit
+from worker.models.limiter.base import Limiter, Outcome, Permit
+
+if TYPE_CHECKING:
+    from worker.models.gemini.cache import RunCache
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +78,8 @@ class GeminiModel:
         thinking_level: Thinking level of Gemini 3 models.
         thinking_budget: Thinking budget of Gemini 2.5 models.
         wait_s: How long to wait for the limiter before handing the turn back.
+        cache: The run's explicit context cache, if it has one: requests then name it and
+            leave the prefix out.
     """
 
     def __init__(
@@ -78,12 +90,14 @@ class GeminiModel:
         thinking_level: str = "low",
         thinking_budget: int = 1024,
         wait_s: float = 10.0,
+        cache: RunCache | None = None,
     ) -> None:
         self.client = client
         self.limiter = limiter
         self.thinking_level = thinking_level
         self.thinking_budget = thinking_budget
         self.wait_s = wait_s
+        self.cache = cache
 
     def generate(self, request: ModelRequest) -> ModelTurn:
         """Call the model; a malformed function call is asked for once more.
@@ -93,7 +107,10 @@ class GeminiModel:
                 model for the whole fleet.
             ModelUnavailable: other 5xx, a timeout, a refused or broken connection.
             ModelFatal: the API refused the request (4xx).
+            ModelPaused: a per-day quota is spent: the model is paused for the whole fleet.
         """
+        if self.cache is not None:
+            request = replace(request, cached_content=self.cache.name_for(request))
         turn = self._call(request)
         if turn.finish_reason == MALFORMED:
             logger.info("%s: malformed function call; asking again", request.model)
@@ -181,6 +198,8 @@ class GeminiModel:
             except LimiterUnavailable:
                 logger.warning("could not pause %s fleet-wide", model, exc_info=True)
             logger.warning("%s paused fleet-wide until %s: %s", model, until.isoformat(), error)
+            # Sessions stop rather than retry until the quota resets.
+            raise ModelPaused(model=model, until=until, reason=str(error)) from error
 
 
 def declarations(tools: tuple[ToolSpec, ...]) -> list[types.Tool]:

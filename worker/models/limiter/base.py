@@ -26,7 +26,7 @@ from enum import Enum
 from typing import NamedTuple, Protocol
 from uuid import uuid4
 
-from worker.errors import ConfigError, ModelUnavailable, SwarmError
+from worker.errors import ConfigError, ModelPaused, Throttled
 
 logger = logging.getLogger(__name__)
 
@@ -44,18 +44,6 @@ UNREACHABLE_DELAY_S = 5.0
 IDLE_TTL_S = 3600
 
 
-class Throttled(ModelUnavailable):
-    """No permit within the wait; ``reason`` names the limit, retry after ``delay_s``."""
-
-    def __init__(self, message: str, *, delay_s: float, reason: str) -> None:
-        super().__init__(message, delay_s=delay_s)
-        self.reason = reason
-
-
-class LimiterUnavailable(ModelUnavailable):
-    """The limiter's Redis could not be reached, so no model call may start yet."""
-
-
 @dataclass(frozen=True)
 class Paused:
     """A model paused fleet-wide (e.g. its daily quota is spent) until ``until`` (UTC)."""
@@ -63,16 +51,6 @@ class Paused:
     model: str
     until: datetime
     reason: str
-
-
-class ModelPaused(SwarmError):
-    """The model is paused: sessions should stop rather than retry."""
-
-    def __init__(self, paused: Paused) -> None:
-        super().__init__(
-            f"{paused.model} paused until {paused.until:%Y-%m-%d %H:%M:%S}Z: {paused.reason}"
-        )
-        self.paused = paused
 
 
 class Outcome(str, Enum):
@@ -225,7 +203,7 @@ class PollingLimiter:
             if isinstance(got, Permit):
                 return got
             if isinstance(got, Paused):
-                raise ModelPaused(got)
+                raise ModelPaused(model=got.model, until=got.until, reason=got.reason)
             # Slots and tokens can come back early (a release), so poll with jittered,
             # growing sleeps; a cool-down or the requests window ends at a known time.
             if got.reason in ("concurrency", "tokens"):

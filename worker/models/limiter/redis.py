@@ -13,13 +13,13 @@ from typing import Any
 
 import redis
 
+from worker.errors import LimiterUnavailable
 from worker.models.limiter.base import (
     IDLE_TTL_S,
     UNREACHABLE_DELAY_S,
     WINDOW_S,
     LimitConfig,
     LimiterState,
-    LimiterUnavailable,
     Outcome,
     Paused,
     Permit,

@@ -14,31 +14,18 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from worker.agent.profiles import MARKDOWN_CLAUSE
-from worker.agent.prompt import LOOP_HINT
+from worker.agent.prompt import ARTIFACT_NAME, FEEDBACK_OPENING, LOOP_HINT
 from worker.models.base import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
-from worker.models.sim.dashboards import FLAWS, render_dashboard, render_lite, render_region
+from worker.models.sim.dashboards import render_dashboard, render_lite, render_region
+from worker.models.sim.personas import Persona
 
 #: Smallest prefix, in tokens, that the provider caches implicitly.
 MIN_CACHED_TOKENS = 1024
 #: Approximate characters per token.
 CHARS_PER_TOKEN = 4
-
-
-class Persona(str, Enum):
-    """How a simulated agent behaves."""
-
-    #: plans, publishes, refines one region, hands off
-    diligent = "diligent"
-    #: probes the tools for a while before doing the work (a loop to catch)
-    explorer = "explorer"
-    #: first answers with the page in a markdown code block instead of calling a tool
-    markdown = "markdown"
-    #: sends bad arguments, stale versions, oversize content, unknown tools, then recovers
-    sloppy = "sloppy"
 
 
 @dataclass
@@ -49,7 +36,6 @@ class _Facts:
     plan_set: bool = False
     version: int | None = None
     edits: int = 0
-    handoffs: int = 0
     errors: int = 0
     last_errors: list[dict[str, Any]] = field(default_factory=list)
     feedback: bool = False
@@ -57,25 +43,29 @@ class _Facts:
     """The runtime told the agent it is going round in circles."""
     too_large: bool = False
     """A write was refused for its size."""
-    name: str = "dashboard.html"
+    name: str = ARTIFACT_NAME
 
 
 def _read(history: tuple[Content, ...]) -> _Facts:
     facts = _Facts()
+    # Each function response answers the call at the same position in the model's turn.
+    calls: list[FunctionCall] = []
     for content in history:
         if content["role"] == "model":
             facts.turns += 1
             facts.last_errors = []
             facts.feedback = False
+            calls = list(calls_of(content))
             continue
         for part in content.get("parts") or ():
-            if "text" in part and part["text"].startswith("The verifier rejected"):
+            if "text" in part and part["text"].startswith(FEEDBACK_OPENING):
                 facts.feedback = True
             if "text" in part and LOOP_HINT in part["text"]:
                 facts.warned = True
             response = part.get("function_response")
             if not response:
                 continue
+            call = calls.pop(0) if calls else None
             body = response["response"]
             if "error" in body:
                 facts.errors += 1
@@ -87,14 +77,16 @@ def _read(history: tuple[Content, ...]) -> _Facts:
             out = body.get("output", {})
             if response["name"] == "plan_manage":
                 facts.plan_set = facts.plan_set or bool(out.get("items"))
-            elif response["name"] == "manage_artifact" and "size_bytes" in out:
-                # a write: the first one created the artifact, later ones edited it
+            elif call is not None and _writes(call):
+                # the first write created the artifact, later ones edited it
                 if facts.version is not None:
                     facts.edits += 1
                 facts.version = out["version"]
-            elif response["name"] == "handoff" and out.get("status") == "handed_off":
-                facts.handoffs += 1
     return facts
+
+
+def _writes(call: FunctionCall) -> bool:
+    return call.name == "manage_artifact" and call.args.get("action") in ("create", "edit")
 
 
 class SimModel:
@@ -330,7 +322,7 @@ class SimModel:
 
     def _explore(self, turn: int) -> FunctionCall:
         probes = (
-            FunctionCall("manage_artifact", {"action": "get", "name": "dashboard.html"}),
+            FunctionCall("manage_artifact", {"action": "get", "name": ARTIFACT_NAME}),
             FunctionCall("plan_manage", {"action": "list"}),
             FunctionCall("manage_artifact", {"action": "get", "name": "index.html"}),
             FunctionCall("plan_manage", {"action": "list"}),
@@ -379,16 +371,3 @@ class SimModel:
             output_tokens=output,
             thoughts_tokens=rng.randint(64, 512),
         )
-
-
-def persona_for(mix: dict[str, float], seed: int, index: int) -> Persona:
-    """Pick a persona for a session from a weighted mix, deterministically."""
-    rng = random.Random(f"persona:{seed}:{index}")
-    names = sorted(mix)
-    return Persona(rng.choices(names, weights=[mix[n] for n in names])[0])
-
-
-def flaw_for(rate: float, seed: int, index: int) -> str | None:
-    """With probability ``rate``, a first-draft defect for a session, deterministically."""
-    rng = random.Random(f"flaw:{seed}:{index}")
-    return rng.choice(FLAWS) if rng.random() < rate else None
