@@ -27,7 +27,6 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
@@ -39,12 +38,12 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from scheduler.cli.follow import until_finished
+from scheduler.report.figures import WaveFigures
 from worker.agent.runs import RunConfig, WaveSpec, create_run
 from worker.celery import create_app
 from worker.fleet.runtime import Runtime
 from worker.settings import Settings
 from worker.store.engine import migrate, require_migrated, utcnow
-from worker.store.queries import run_status
 
 #: The server's maintenance database, where the bench creates and drops its own.
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -184,12 +183,12 @@ def scratch_redis(url: str) -> Iterator[str]:
         client.close()
 
 
-def waves_in_order(waves: list[dict[str, Any]]) -> bool:
+def waves_in_order(waves: list[WaveFigures]) -> bool:
     """True when every wave finished, and each started after the previous one finished."""
-    spans = [(w["started_at"], w["finished_at"]) for w in sorted(waves, key=lambda w: w["index"])]
-    if any(None in span for span in spans):
+    spans = [(w.started_at, w.finished_at) for w in sorted(waves, key=lambda w: w.index)]
+    at = [(a, b) for a, b in spans if a is not None and b is not None]
+    if len(at) < len(spans):
         return False
-    at = [(datetime.fromisoformat(a), datetime.fromisoformat(b)) for a, b in spans]
     return all(later[0] >= earlier[1] for earlier, later in pairwise(at))
 
 
@@ -216,10 +215,10 @@ def measure(
         with rt.engine.begin() as conn:
             run_id = create_run(conn, model="sim", config=config, now=utcnow())
         rt.flush_outbox(run_id)
-        until_finished(rt.engine, run_id, show=False, timeout_s=timeout_s)
+        figures = until_finished(
+            rt.engine, run_id, show=False, timeout_s=timeout_s, prices=rt.prices
+        )
         wall_s = time.monotonic() - started
-        with rt.engine.connect() as conn:
-            status = run_status(conn, run_id)
         peak = max((rss for at, rss in list(worker.samples) if at >= started), default=idle)
     finally:
         worker.stop()
@@ -227,15 +226,15 @@ def measure(
         "wave": str(spec),
         "run": run_id,
         "wall_s": round(wall_s, 2),
-        "succeeded": status["sessions"]["succeeded"],
-        "total": status["sessions"]["total"],
+        "succeeded": figures.sessions.succeeded,
+        "total": figures.sessions.total,
         "peak_mib": round(peak / MIB, 1),
         "idle_mib": round(idle / MIB, 1),
         "mib_per_session": round((peak - idle) / MIB / spec.size, 2),
-        "turns": status["turns"],
-        "tokens": status["tokens"]["total"],
-        "cost_usd": status["cost_usd"],
-        "waves_in_order": waves_in_order(status["waves"]),
+        "turns": figures.turns,
+        "tokens": figures.tokens.total,
+        "cost_usd": round(figures.cost_usd, 6),
+        "waves_in_order": waves_in_order(figures.waves),
         "log_alerts": len(worker.alerts),
         "alerts": worker.alerts[:20],
     }

@@ -7,7 +7,6 @@ import json
 import logging.config
 import sys
 from contextlib import nullcontext
-from typing import Any
 
 import click
 import kombu.exceptions
@@ -18,17 +17,20 @@ from sqlalchemy.engine import make_url
 from scheduler.cli.embedded import embedded_worker
 from scheduler.cli.follow import until_finished
 from scheduler.cli.options import LadderRequest, RunRequest, run_options
-from scheduler.cli.views import ladder_view, status_view
-from scheduler.report.figures import Target
-from scheduler.report.text import report
+from scheduler.cli.report import report
+from scheduler.cli.views import ladder_view, print_status
+from scheduler.report.figures import RunFigures, run_figures
+from scheduler.report.format import jsonable
+from scheduler.report.ladder_figures import Target
 from worker.agent.runs import WaveSpec
 from worker.celery import create_app
 from worker.errors import SwarmError
+from worker.models.pricing import PriceTable
 from worker.models.registry import GEMINI_PREFIX, Providers
 from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
 from worker.store.control import cancel_ladder, cancel_run, resume_run
 from worker.store.engine import make_engine, migrate, require_migrated, utcnow
-from worker.store.queries import latest_run_id, run_status, session_rows
+from worker.store.queries import latest_run_id, session_rows
 
 #: The command did what was asked.
 EXIT_OK = 0
@@ -79,16 +81,9 @@ def cli(ctx: click.Context, database_url: str | None, broker_url: str | None, ve
     ctx.obj = Settings(**overrides)  # type: ignore[arg-type]
 
 
-def _print_status(status: dict[str, Any], *, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(status, indent=2))
-    else:
-        Console().print(status_view(status))
-
-
-def _exit_code(status: dict[str, Any]) -> int:
-    sessions = status["sessions"]
-    return EXIT_OK if sessions["succeeded"] == sessions["total"] else EXIT_RUN_INCOMPLETE
+def _exit_code(figures: RunFigures) -> int:
+    sessions = figures.sessions
+    return EXIT_OK if sessions.succeeded == sessions.total else EXIT_RUN_INCOMPLETE
 
 
 @cli.command("migrate")
@@ -118,11 +113,11 @@ def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool
         )
         if not follow:
             return
-        status = until_finished(rt.engine, run_id, show=not as_json)
+        figures = until_finished(rt.engine, run_id, show=not as_json, prices=rt.prices)
     finally:
         rt.engine.dispose()
-    _print_status(status, as_json=as_json)
-    sys.exit(_exit_code(status))
+    print_status(figures, as_json=as_json)
+    sys.exit(_exit_code(figures))
 
 
 @cli.command()
@@ -146,11 +141,11 @@ def run(settings: Settings, request: RunRequest, as_json: bool, database: str) -
     try:
         with embedded_worker(app, concurrency=min(size, 100)):
             run_id = request.create(rt)
-            status = until_finished(rt.engine, run_id, show=not as_json)
+            figures = until_finished(rt.engine, run_id, show=not as_json, prices=rt.prices)
     finally:
         rt.engine.dispose()
-    _print_status(status, as_json=as_json)
-    sys.exit(_exit_code(status))
+    print_status(figures, as_json=as_json)
+    sys.exit(_exit_code(figures))
 
 
 @cli.command()
@@ -187,15 +182,18 @@ def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bo
             )
             if detach and not embedded:
                 return
-            statuses = [until_finished(rt.engine, run_id, show=not as_json) for run_id in run_ids]
+            figures = [
+                until_finished(rt.engine, run_id, show=not as_json, prices=rt.prices)
+                for run_id in run_ids
+            ]
     finally:
         rt.engine.dispose()
     if as_json:
-        click.echo(json.dumps({"ladder": ladder_id, "runs": statuses}, indent=2))
+        click.echo(json.dumps({"ladder": ladder_id, "runs": jsonable(figures)}, indent=2))
     else:
-        Console().print(ladder_view(statuses))
+        Console().print(ladder_view(figures))
         click.echo(f"figures: python -m scheduler report L{ladder_id} [--html report.html]")
-    incomplete = any(_exit_code(s) != EXIT_OK for s in statuses)
+    incomplete = any(_exit_code(f) != EXIT_OK for f in figures)
     sys.exit(EXIT_RUN_INCOMPLETE if incomplete else EXIT_OK)
 
 
@@ -206,6 +204,7 @@ def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bo
 @click.pass_obj
 def status(settings: Settings, run_id: int | None, with_sessions: bool, as_json: bool) -> None:
     """Show a run's waves, sessions, artifacts, errors, tokens and cost (default: latest)."""
+    prices = PriceTable.load(settings.prices_file)
     engine = make_engine(settings)
     try:
         require_migrated(engine)
@@ -213,14 +212,16 @@ def status(settings: Settings, run_id: int | None, with_sessions: bool, as_json:
             run_id = run_id if run_id is not None else latest_run_id(conn)
             if run_id is None:
                 raise click.ClickException("no runs yet")
-            status = run_status(conn, run_id)
-            if status["model"].startswith(GEMINI_PREFIX) and not settings.is_embedded:
-                status["limiter"] = Providers(settings).limiter_status(status["model"])
-            if with_sessions:
-                status["session_list"] = session_rows(conn, run_id)
+            figures = run_figures(conn, run_id, prices=prices)
+            rows = session_rows(conn, run_id) if with_sessions else None
     finally:
         engine.dispose()
-    _print_status(status, as_json=as_json)
+    limiter = (
+        Providers(settings).limiter_status(figures.model)
+        if figures.model.startswith(GEMINI_PREFIX) and not settings.is_embedded
+        else None
+    )
+    print_status(figures, as_json=as_json, limiter=limiter, session_list=rows)
 
 
 @cli.command()

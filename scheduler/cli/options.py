@@ -6,7 +6,7 @@ import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import click
 from pydantic import ValidationError
@@ -123,6 +123,16 @@ def run_options(*, ladder: bool = False) -> Callable[[Callable[..., Any]], Calla
     return decorate
 
 
+def _default(name: str) -> Any:
+    """The default of :class:`RunConfig` field ``name``: a flag's default is the config's."""
+    return RunConfig.model_fields[name].get_default(call_default_factory=True)
+
+
+def _mix_text(mix: dict[str, float]) -> str:
+    """Persona weights as ``--sim-mix`` takes them: ``diligent`` or ``diligent=3,sloppy=1``."""
+    return ",".join(name if weight == 1 else f"{name}={weight:g}" for name, weight in mix.items())
+
+
 #: Options that become :class:`RunConfig` fields as they are.
 _CONFIG_FIELDS = (
     "max_turns",
@@ -183,8 +193,8 @@ def _shared_options() -> list[Callable[..., Any]]:
         ),
         click.option(
             "--cache",
-            type=click.Choice(["implicit", "explicit"]),
-            default="implicit",
+            type=click.Choice(get_args(RunConfig.model_fields["cache"].annotation)),
+            default=_default("cache"),
             show_default=True,
             help="Gemini context caching: the API's implicit cache, "
             "or one explicit cache of the run's prompt prefix.",
@@ -198,20 +208,20 @@ def _shared_options() -> list[Callable[..., Any]]:
         click.option(
             "--max-turns",
             type=click.IntRange(min=1),
-            default=40,
+            default=_default("max_turns"),
             show_default=True,
             help="Turns after which a session is stopped.",
         ),
         click.option(
             "--max-tokens",
             type=click.IntRange(min=1),
-            default=None,
+            default=_default("max_tokens"),
             help="Tokens a session may spend before it is stopped.",
         ),
         click.option(
             "--max-cost-usd",
             type=click.FloatRange(min=0, min_open=True),
-            default=None,
+            default=_default("max_cost_usd"),
             help="Dollars a session may spend before it is stopped.",
         ),
         click.option(
@@ -224,27 +234,27 @@ def _shared_options() -> list[Callable[..., Any]]:
         click.option(
             "--repair-rounds",
             type=click.IntRange(min=0),
-            default=2,
+            default=_default("repair_rounds"),
             show_default=True,
             help="Verifier rejections a session may repair.",
         ),
         click.option(
             "--sim-latency-ms",
             type=click.IntRange(min=0),
-            default=1500,
+            default=_default("sim_latency_ms"),
             show_default=True,
             help="Mean latency of one sim model call.",
         ),
         click.option(
             "--sim-mix",
-            default="diligent",
+            default=_mix_text(_default("sim_mix")),
             show_default=True,
             help="Sim personas and weights, e.g. diligent=3,sloppy=1,explorer,markdown.",
         ),
         click.option(
             "--sim-flaw-rate",
             type=click.FloatRange(0, 1),
-            default=0.0,
+            default=_default("sim_flaw_rate"),
             show_default=True,
             help="Share of sim first drafts with a defect.",
         ),

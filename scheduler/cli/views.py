@@ -1,80 +1,127 @@
-"""How a run looks in a terminal: the status table and the live progress bar."""
+"""How a run looks in a terminal: the status table, a ladder's runs and the live progress bar.
+
+Every view reads :class:`~scheduler.report.figures.RunFigures`, the figures ``report`` reads.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
+import click
 from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from scheduler.report.figures import RunFigures
+from scheduler.report.format import clock, jsonable
+from worker.states import SessionStatus, WaveStatus
+from worker.store.queries import SessionRow
+
+if TYPE_CHECKING:
+    from worker.models.limiter.base import LimiterState
+
+__all__ = ["SHOWN_STATES", "RunProgress", "ladder_view", "print_status", "status_view"]
+
 #: Session states shown in the summary line, in this order.
 SHOWN_STATES = (
-    "succeeded",
-    "failed",
-    "stopped",
-    "cancelled",
-    "error",
-    "running",
-    "verifying",
-    "pending",
+    SessionStatus.succeeded,
+    SessionStatus.failed,
+    SessionStatus.stopped,
+    SessionStatus.cancelled,
+    SessionStatus.error,
+    SessionStatus.running,
+    SessionStatus.verifying,
+    SessionStatus.pending,
 )
 
 
-def status_view(status: dict[str, Any]) -> Group:
-    """A run's status as rich renderables: a summary table and the waves."""
-    sessions = status["sessions"]
+def print_status(
+    figures: RunFigures,
+    *,
+    as_json: bool,
+    limiter: LimiterState | str | None = None,
+    session_list: Sequence[SessionRow] | None = None,
+) -> None:
+    """Print a run's status on stdout: :func:`status_view`, or its figures as JSON.
+
+    The limiter's state and the session list, when given, are extra keys of the JSON object.
+    """
+    if not as_json:
+        Console().print(status_view(figures, limiter=limiter, session_list=session_list))
+        return
+    out = jsonable(figures)
+    if isinstance(limiter, str):
+        out["limiter"] = {"model": figures.model, "error": limiter}
+    elif limiter is not None:
+        out["limiter"] = jsonable(limiter)
+    if session_list is not None:
+        out["session_list"] = jsonable(session_list)
+    click.echo(json.dumps(out, indent=2))
+
+
+def status_view(
+    figures: RunFigures,
+    *,
+    limiter: LimiterState | str | None = None,
+    session_list: Sequence[SessionRow] | None = None,
+) -> Group:
+    """A run's status as rich renderables: a summary table, the waves, and the sessions.
+
+    Args:
+        figures: The run's figures.
+        limiter: The fleet limiter's state for the run's model, or why it is unknown.
+        session_list: With ``--sessions``: one row per session.
+    """
+    f, sessions = figures, figures.sessions
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold")
     summary.add_column()
     summary.add_row(
         "run",
-        f"{status['run']}  {status['status']}  ({status['waves_spec']}, "
-        f"model {status['model']}, profile {status['profile']})",
+        f"{f.run_id}  {f.status.value}  ({f.waves_spec}, model {f.model}, profile {f.profile})",
     )
     summary.add_row(
         "sessions",
-        f"{sessions['total']} total: "
-        + ", ".join(f"{sessions[s]} {s}" for s in SHOWN_STATES if sessions[s]),
+        f"{sessions.total} total: "
+        + ", ".join(f"{sessions.count(s)} {s.value}" for s in SHOWN_STATES if sessions.count(s)),
     )
-    art = status["artifacts"]
-    by = ", ".join(f"{n} {method}" for method, n in sorted(art["verified_by"].items()))
+    art = f.artifacts
+    by = ", ".join(f"{n} {method}" for method, n in art.verified_by.items())
     summary.add_row(
         "artifacts",
-        f"{art['total']} ({art['versions']} versions, "
-        f"{art['verified']} verified" + (f": {by})" if by else ")"),
+        f"{art.total} ({art.versions} versions, {art.verified} verified"
+        + (f": {by})" if by else ")"),
     )
-    errors = status["tool_errors"]
-    kinds = ", ".join(f"{k} {v}" for k, v in errors["by_kind"].items())
-    summary.add_row("tool errors", f"{errors['total']}" + (f" ({kinds})" if kinds else ""))
-    tokens = status["tokens"]
+    summary.add_row("tool errors", _counted(f.tool_errors.total, f.tool_errors.by_kind))
+    summary.add_row("nudges", _counted(f.nudges.total, f.nudges.by_reason))
+    t = f.tokens
     summary.add_row(
         "tokens",
-        f"{tokens['total']:,} (prompt {tokens['prompt']:,}, cached "
-        f"{tokens['cached']:,}, output {tokens['output']:,}, thoughts "
-        f"{tokens['thoughts']:,})",
+        f"{t.total:,} (prompt {t.prompt:,}, cached {t.cached:,}, output {t.output:,}, "
+        f"thoughts {t.thoughts:,})",
     )
-    summary.add_row("turns / cost", f"{status['turns']} turns, ${status['cost_usd']:.4f}")
-    if status["elapsed_s"] is not None:
-        summary.add_row("elapsed", f"{status['elapsed_s']:.1f} s")
-    if status.get("stop_reason"):
-        summary.add_row("stopped", status["stop_reason"])
-    if status.get("ladder") is not None:
-        summary.add_row("ladder", f"L{status['ladder']}, tier {status['tier']}")
-    if "limiter" in status:
-        summary.add_row("limiter", _limiter(status["limiter"]))
+    summary.add_row("turns / cost", f"{f.turns} turns, ${f.cost_usd:.4f}")
+    if f.elapsed_s is not None:
+        summary.add_row("elapsed", f"{f.elapsed_s:.1f} s")
+    if f.stop_reason:
+        summary.add_row("stopped", f.stop_reason)
+    if f.ladder_id is not None:
+        summary.add_row("ladder", f"L{f.ladder_id}, tier {f.tier}")
+    if limiter is not None:
+        summary.add_row("limiter", _limiter(limiter))
     waves = Table("wave", "size", "status", "done", "started", "finished", box=None)
-    for w in status["waves"]:
+    for w in f.waves:
         waves.add_row(
-            str(w["index"]),
-            str(w["size"]),
-            w["status"],
-            str(w["done"]),
-            _clock(w["started_at"]),
-            _clock(w["finished_at"]),
+            str(w.index),
+            str(w.size),
+            w.status.value,
+            str(w.done),
+            clock(w.started_at),
+            clock(w.finished_at),
         )
-    if "session_list" not in status:
+    if session_list is None:
         return Group(summary, waves)
     table = Table(
         "session",
@@ -88,22 +135,22 @@ def status_view(status: dict[str, Any]) -> Group:
         "cost",
         box=None,
     )
-    for row in status["session_list"]:
+    for row in session_list:
         table.add_row(
-            str(row["index"]),
-            str(row["wave"]),
-            row["persona"],
-            row["status"],
-            row["outcome"] or "-",
-            str(row["turns"]),
-            str(row["versions"]),
-            str(row["errors"]),
-            f"${row['cost_usd']:.4f}",
+            str(row.index),
+            str(row.wave),
+            row.persona,
+            row.status.value,
+            row.outcome.value if row.outcome is not None else "-",
+            str(row.turns),
+            str(row.versions),
+            str(row.errors),
+            f"${row.cost_usd:.4f}",
         )
     return Group(summary, waves, table)
 
 
-def ladder_view(statuses: list[dict[str, Any]]) -> Table:
+def ladder_view(runs: Sequence[RunFigures]) -> Table:
     """One line per run of a ladder: profile, tier, sessions, turns, cost, time."""
     table = Table(
         "run",
@@ -117,44 +164,46 @@ def ladder_view(statuses: list[dict[str, Any]]) -> Table:
         "elapsed",
         box=None,
     )
-    for s in statuses:
-        sessions = s["sessions"]
+    for f in runs:
+        s = f.sessions
         table.add_row(
-            str(s["run"]),
-            s["profile"],
-            s["tier"] or s["waves_spec"],
-            f"{sessions['succeeded']}/{sessions['total']}",
-            str(sessions["stopped"]),
-            str(sessions["failed"] + sessions["error"]),
-            str(s["turns"]),
-            f"${s['cost_usd']:.4f}",
-            f"{s['elapsed_s']:.1f} s" if s["elapsed_s"] is not None else "-",
+            str(f.run_id),
+            f.profile,
+            f.tier,
+            f"{s.succeeded}/{s.total}",
+            str(s.stopped),
+            str(s.failed + s.error),
+            str(f.turns),
+            f"${f.cost_usd:.4f}",
+            f"{f.elapsed_s:.1f} s" if f.elapsed_s is not None else "-",
         )
     return table
 
 
-def _limiter(state: dict[str, Any]) -> str:
-    if "error" in state:
-        return str(state["error"])
+def _counted(total: int, by: dict[str, int]) -> str:
+    kinds = ", ".join(f"{k} {n}" for k, n in by.items())
+    return f"{total}" + (f" ({kinds})" if kinds else "")
+
+
+def _limiter(state: LimiterState | str) -> str:
+    if isinstance(state, str):
+        return state
     text = (
-        f"{state['in_flight']} in flight of {state['concurrency_limit']} "
-        f"(max {state['max_concurrency']}), {state['requests_in_window']}/"
-        f"{state['requests_per_minute']} requests and {state['tokens_in_window']:,}/"
-        f"{state['tokens_per_minute']:,} tokens in the last minute"
+        f"{state.in_flight} in flight of {state.concurrency_limit} "
+        f"(max {state.max_concurrency}), {state.requests_in_window}/"
+        f"{state.requests_per_minute} requests and {state.tokens_in_window:,}/"
+        f"{state.tokens_per_minute:,} tokens in the last minute"
     )
-    if state["cooldown_until"]:
-        text += f", cooling down until {_clock(state['cooldown_until'])}"
-    if state["paused"]:
-        text += f", paused until {state['paused']['until']}: {state['paused']['reason']}"
+    if state.cooldown_until is not None:
+        text += f", cooling down until {clock(state.cooldown_until)}"
+    if state.paused is not None:
+        until = state.paused.until.isoformat(timespec="seconds")
+        text += f", paused until {until}: {state.paused.reason}"
     return text
 
 
-def _clock(iso: str | None) -> str:
-    return iso[11:23] if iso else "-"
-
-
 class RunProgress:
-    """A live progress bar of sessions ended, refreshed from status snapshots."""
+    """A live progress bar of sessions ended, refreshed from the run's figures."""
 
     def __init__(self, console: Console) -> None:
         self._progress = Progress(
@@ -171,25 +220,25 @@ class RunProgress:
         )
         self._task: Any = None
 
-    def __enter__(self) -> Callable[[dict[str, Any]], None]:
+    def __enter__(self) -> Callable[[RunFigures], None]:
         self._progress.start()
         return self.update
 
     def __exit__(self, *exc: object) -> None:
         self._progress.stop()
 
-    def update(self, status: dict[str, Any]) -> None:
+    def update(self, figures: RunFigures) -> None:
         """Show a new snapshot."""
-        sessions = status["sessions"]
-        running = [w["index"] for w in status["waves"] if w["status"] == "running"]
-        done_waves = sum(1 for w in status["waves"] if w["status"] == "finished")
-        fields = {
-            "run": status["run"],
-            "wave": f"{running[0] if running else done_waves}/{len(status['waves'])}",
-            "ok": sessions["succeeded"],
-            "bad": sessions["ended"] - sessions["succeeded"],
-            "cost": status["cost_usd"],
+        sessions = figures.sessions
+        running = [w.index for w in figures.waves if w.status is WaveStatus.running]
+        done_waves = sum(1 for w in figures.waves if w.status is WaveStatus.finished)
+        fields: dict[str, Any] = {
+            "run": figures.run_id,
+            "wave": f"{running[0] if running else done_waves}/{len(figures.waves)}",
+            "ok": sessions.succeeded,
+            "bad": sessions.ended - sessions.succeeded,
+            "cost": figures.cost_usd,
         }
         if self._task is None:
-            self._task = self._progress.add_task("run", total=sessions["total"], **fields)
-        self._progress.update(self._task, completed=sessions["ended"], **fields)
+            self._task = self._progress.add_task("run", total=sessions.total, **fields)
+        self._progress.update(self._task, completed=sessions.ended, **fields)

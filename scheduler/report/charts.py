@@ -12,9 +12,10 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from scheduler.report.figures import OUTCOMES, RunFigures
+from scheduler.report.figures import RunFigures
+from scheduler.report.format import BYTES_PER_MIB, OUTCOME_LABELS
 from scheduler.report.gallery import RunDetail
-from scheduler.report.text import OUTCOME_LABELS
+from worker.states import CostBucket
 
 #: Parts of a wave's bill, bottom to top, with their colours.
 COST_COLOURS = {
@@ -25,17 +26,16 @@ COST_COLOURS = {
     "thoughts": "#ffbf79",
     "unpriced": "#bab0ac",
 }
-#: Colours of the dollars-by-outcome bars, in :data:`~scheduler.report.figures.OUTCOMES` order.
+#: Colours of the dollars-by-outcome bars, in :class:`~worker.states.CostBucket` order.
 OUTCOME_COLOURS = dict(
     zip(
-        OUTCOMES,
+        CostBucket,
         ("#54a24b", "#f58518", "#eeca3b", "#e45756", "#9d2b2b", "#bab0ac", "#d8d8d8"),
         strict=True,
     )
 )
 #: Line colours of worker roles in the memory chart.
 ROLE_COLOURS = {"sessions": "#4c78a8", "verify": "#b279a2", "browser": "#f58518"}
-_MIB = 1024 * 1024
 _P = ParamSpec("_P")
 # Typed loosely: matplotlib's stubs key rcParams by a Literal of every name.
 _RC: dict[Any, Any] = {
@@ -92,15 +92,15 @@ def waste_chart(runs: Sequence[RunFigures]) -> Markup | None:
     ax = fig.subplots()
     labels = [_label(r, many) for r in runs][::-1]
     left = [0.0] * len(runs)
-    for outcome in OUTCOMES:
-        values = [r.dollars_by_outcome[outcome] for r in runs][::-1]
+    for bucket in CostBucket:
+        values = [r.dollars_by_outcome[bucket] for r in runs][::-1]
         if any(values):
             ax.barh(
                 labels,
                 values,
                 left=left,
-                color=OUTCOME_COLOURS[outcome],
-                label=OUTCOME_LABELS[outcome],
+                color=OUTCOME_COLOURS[bucket],
+                label=OUTCOME_LABELS[bucket],
                 height=0.62,
             )
             left = [a + b for a, b in zip(left, values, strict=True)]
@@ -171,7 +171,7 @@ def rss_chart(detail: RunDetail, run: RunFigures) -> Markup | None:
     """RSS of each sampled process over the run, wave starts marked."""
     if not detail.rss:
         return None
-    starts = [w.started_at for w in run.wave_list if w.started_at is not None]
+    starts = [w.started_at for w in run.waves if w.started_at is not None]
     t0 = min([run.started_at or s.at[0] for s in detail.rss] + starts)
     fig = _figure(5.4, 2.6)
     ax = fig.subplots()
@@ -180,13 +180,13 @@ def rss_chart(detail: RunDetail, run: RunFigures) -> Markup | None:
         n = per_role[s.role] = per_role.get(s.role, 0) + 1
         ax.plot(
             [(t - t0).total_seconds() for t in s.at],
-            [b / _MIB for b in s.rss_bytes],
+            [b / BYTES_PER_MIB for b in s.rss_bytes],
             color=ROLE_COLOURS.get(s.role, "#555555"),
             linewidth=1.4,
             linestyle=("-", "--", ":", "-.")[(n - 1) % 4],
             label=f"{s.role} pid {s.pid}",
         )
-    for wave in run.wave_list:
+    for wave in run.waves:
         if wave.started_at is not None:
             x = (wave.started_at - t0).total_seconds()
             ax.axvline(x, color="#999999", linewidth=0.8, linestyle=(0, (3, 3)))
@@ -209,14 +209,14 @@ def rss_chart(detail: RunDetail, run: RunFigures) -> Markup | None:
 @_themed
 def wave_cost_chart(run: RunFigures) -> Markup | None:
     """Each wave's dollars, stacked by token kind."""
-    if not any(w.cost_usd for w in run.wave_list):
+    if not any(w.cost_usd for w in run.waves):
         return None
     fig = _figure(5.4, 2.6)
     ax = fig.subplots()
-    labels = [f"w{w.index}" for w in run.wave_list]
+    labels = [f"w{w.index}" for w in run.waves]
     bottom = [0.0] * len(labels)
     for kind, colour in COST_COLOURS.items():
-        values = [w.cost_by_kind_usd.get(kind, 0.0) for w in run.wave_list]
+        values = [w.cost_by_kind_usd.get(kind, 0.0) for w in run.waves]
         if any(values):
             ax.bar(
                 labels, values, bottom=bottom, color=colour, label=kind.replace("_", " "), width=0.7

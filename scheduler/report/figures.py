@@ -1,99 +1,92 @@
-"""What a run or a ladder cost and did, read from the database into frozen dataclasses.
+"""The one read model of a run: what ``status``, ``--follow`` and ``report`` show, typed.
 
-Pure queries: nothing here prints or renders (ladders: :mod:`scheduler.report.ladder_figures`).
-:mod:`scheduler.report.text` turns these figures
-into a terminal table or JSON, :mod:`scheduler.report.html` into one self-contained page.
+Pure queries into frozen dataclasses (waves and memory come from :mod:`.waves` and
+:mod:`.memory`). The CLI's views and :mod:`.text` print them, :mod:`.html` draws them, and
+:func:`~scheduler.report.format.jsonable` turns them into ``--json`` output.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import statistics
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import NamedTuple
 
-from sqlalchemy import Subquery, func, select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from worker.errors import ConfigError, InputError, RunNotFound
+from scheduler.report.memory import Memory, memory_figures
+from scheduler.report.waves import TOKEN_KINDS, WaveFigures, wave_figures
+from worker.errors import RunNotFound
+from worker.models.base import TokenUsage
 from worker.models.pricing import PriceTable
-from worker.states import SessionStatus
-from worker.store.tables import events, runs, samples, sessions, usage, waves
+from worker.states import TERMINAL, CostBucket, Outcome, RunStatus, SessionStatus
+from worker.store.queries import per_session
+from worker.store.tables import (
+    artifact_versions,
+    artifacts,
+    events,
+    runs,
+    sessions,
+    usage,
+    verifications,
+)
 
 __all__ = [
-    "OUTCOMES",
-    "TOKEN_KINDS",
+    "Artifacts",
     "Memory",
     "Nudges",
     "RunFigures",
-    "Target",
+    "SessionCounts",
     "Tokens",
     "ToolErrors",
     "WaveFigures",
-    "jsonable",
-    "outcome_of",
-    "per_session",
     "run_figures",
-    "split_cost",
 ]
-
-#: Token kinds as reports name them, and their ``usage`` columns.
-TOKEN_KINDS = {
-    "prompt": "prompt_tokens",
-    "cached": "cached_tokens",
-    "output": "output_tokens",
-    "thoughts": "thoughts_tokens",
-    "tool_use": "tool_use_tokens",
-}
-#: Where a run's dollars went, by how each session ended, in report order.
-OUTCOMES = (
-    "verified",
-    "failed_verification",
-    "stopped",
-    "lost_to_retries",
-    "other_errors",
-    "cancelled",
-    "unfinished",
-)
-#: Session outcomes (of status ``error``) that mean retries used the session up.
-RETRY_OUTCOMES = frozenset({"retries_exhausted", "poison_turn"})
-#: Worker role whose processes run the sessions' turns.
-SESSIONS_ROLE = "sessions"
-#: Role of the verifier's Chromium process tree.
-BROWSER_ROLE = "browser"
-#: Idle samples, the latest before a run, whose median is the worker's baseline.
-IDLE_SAMPLES = 10
-
-_TIMES = "\N{MULTIPLICATION SIGN}"
-_TARGET_RE = re.compile(r"^\s*(?:[Ll](?P<ladder>\d+)|(?P<run>\d+))\s*$")
 
 
 @dataclass(frozen=True)
-class Target:
-    """What a report is about: a run (written ``12``) or a ladder (written ``L3``)."""
+class SessionCounts:
+    """A run's sessions: how many, how many ended, and how many are in each state."""
 
-    kind: Literal["run", "ladder"]
-    id: int
+    total: int
+    ended: int
+    """Sessions in a terminal state (:data:`~worker.states.TERMINAL`)."""
+    pending: int
+    running: int
+    verifying: int
+    succeeded: int
+    failed: int
+    stopped: int
+    cancelled: int
+    error: int
 
     @classmethod
-    def parse(cls, text: str) -> Target:
-        """Parse ``12`` (a run) or ``L3`` (a ladder).
+    def of(cls, statuses: Counter[SessionStatus]) -> SessionCounts:
+        """Count the sessions of each :class:`~worker.states.SessionStatus`."""
+        return cls(
+            total=sum(statuses.values()),
+            ended=sum(statuses[s] for s in TERMINAL),
+            **{s.value: statuses[s] for s in SessionStatus},
+        )
 
-        Raises:
-            InputError: neither form.
-        """
-        match = _TARGET_RE.match(text)
-        if match is None:
-            raise InputError(f"{text!r} is neither a run id (e.g. 12) nor a ladder id (e.g. L3)")
-        if match["ladder"] is not None:
-            return cls("ladder", int(match["ladder"]))
-        return cls("run", int(match["run"]))
+    def count(self, status: SessionStatus) -> int:
+        """Sessions in ``status``."""
+        return int(getattr(self, status.value))
 
-    def __str__(self) -> str:
-        return f"L{self.id}" if self.kind == "ladder" else str(self.id)
+
+@dataclass(frozen=True)
+class Artifacts:
+    """The run's artifacts, their versions, and the verdicts that passed them."""
+
+    total: int
+    versions: int
+    verified: int
+    """Passing verdicts, each by one method."""
+    verified_by: dict[str, int]
+    """Passing verdicts by verification method."""
 
 
 @dataclass(frozen=True)
@@ -121,81 +114,61 @@ class Tokens:
     output: int
     thoughts: int
     tool_use: int
+    total: int
+    """Every token billed (:attr:`~worker.models.base.TokenUsage.total`)."""
     cache_share: float | None
     """``cached / prompt``; None when no prompt token was sent."""
 
 
 @dataclass(frozen=True)
-class Memory:
-    """Resident memory of the run's workers, from the samples tagged with the run."""
-
-    sessions_peak_rss_bytes: int | None
-    """Largest sample of a ``sessions`` worker; None when there is none."""
-    peak_host: str | None
-    peak_pid: int | None
-    idle_rss_bytes: float | None
-    """Median of the peak process's last idle (untagged) samples before the run; None without."""
-    concurrent_sessions: int
-    """Sessions per wave: what ran at once."""
-    rss_per_session_bytes: float | None
-    """``(peak - idle) / concurrent_sessions``; None without an idle figure."""
-    browser_peak_rss_bytes: int | None
-    """Largest sample of the verifier's browser tree; None when there is none."""
-    samples: int
-
-
-@dataclass(frozen=True)
-class WaveFigures:
-    """One wave: its size, its time span and its dollars, split by token kind."""
-
-    index: int
-    size: int
-    started_at: datetime | None
-    finished_at: datetime | None
-    cost_usd: float
-    cost_by_kind_usd: dict[str, float]
-    """The wave's recorded dollars apportioned by what each token kind costs."""
-
-
-@dataclass(frozen=True)
 class RunFigures:
-    """The figures of one run, one report row."""
+    """The figures of one run: its ``status``, and one row of a report."""
 
     run_id: int
     ladder_id: int | None
     tier: str
     """``runs.tier``, or the run's wave spec when it is not part of a ladder."""
+    waves_spec: str
+    """The wave spec the run was created with, e.g. ``2x2``."""
     structure: str
     """Count of waves by their size, as the report prints it (``5 waves`` by ``5``)."""
-    waves: int
     wave_size: int
-    sessions: int
     profile: str
     model: str
-    status: str
+    status: RunStatus
     stop_reason: str | None
+    prefix_sha256: str
+    created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
     elapsed_s: float | None
-    cost_usd: float
-    """Sum of the run's ``usage.cost_usd``."""
-    dollars_by_outcome: dict[str, float]
-    """Usage dollars by how their session ended (keys: :data:`OUTCOMES`); sums to cost."""
+    sessions: SessionCounts
     verified: int
-    cost_per_verified_usd: float | None
-    tool_errors: ToolErrors
-    nudges: Nudges
-    retries: int
+    """Sessions that ended :attr:`~worker.states.Outcome.verified`."""
+    artifacts: Artifacts
     turns: int
     turns_per_session_median: float | None
     """Median over the sessions that took at least one turn."""
+    retries: int
     tokens: Tokens
+    cost_usd: float
+    """Sum of the run's ``usage.cost_usd``."""
+    cost_per_verified_usd: float | None
+    dollars_by_outcome: dict[CostBucket, float]
+    """Usage dollars by how their session ended, in :class:`CostBucket` order; sums to cost."""
+    tool_errors: ToolErrors
+    nudges: Nudges
     memory: Memory
-    wave_list: list[WaveFigures]
+    waves: list[WaveFigures]
 
 
 def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigures:
-    """Everything a report shows about one run.
+    """Everything ``status`` and a report show about one run.
+
+    Args:
+        conn: A connection to the run's database.
+        run_id: The run.
+        prices: Prices that split each wave's recorded dollars by token kind.
 
     Raises:
         RunNotFound: no such run.
@@ -203,74 +176,59 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
     run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
     if run is None:
         raise RunNotFound(f"no run {run_id}")
-    wave_list = _waves(conn, run_id, prices)
-    n_waves, size = len(wave_list), max((w.size for w in wave_list), default=0)
-    ended = _sessions(conn, run_id)
-    dollars = {o: math.fsum(s.cost_usd for s in ended if s.outcome == o) for o in OUTCOMES}
-    turns = [s.turns for s in ended if s.turns > 0]
-    verified = sum(1 for s in ended if s.outcome == "verified")
-    cost = float(
-        conn.execute(
-            select(func.coalesce(func.sum(usage.c.cost_usd), 0.0)).where(usage.c.run_id == run_id)
-        ).scalar_one()
-    )
-    elapsed = (
-        (run.finished_at - run.started_at).total_seconds()
-        if (run.started_at and run.finished_at)
-        else None
-    )
+    waves = wave_figures(conn, run_id, prices=prices)
+    n_waves, size = len(waves), max((w.size for w in waves), default=0)
+    per = _sessions(conn, run_id)
+    dollars = {b: math.fsum(s.cost_usd for s in per if s.bucket is b) for b in CostBucket}
+    turns = [s.turns for s in per if s.turns > 0]
+    verified = sum(1 for s in per if s.bucket is CostBucket.verified)
+    tokens, cost = _usage(conn, run_id)
+    waves_spec = str(run.config.get("waves"))
+    start, end = run.started_at, run.finished_at
     return RunFigures(
         run_id=run.id,
         ladder_id=run.ladder_id,
-        tier=run.tier or str(run.config.get("waves")),
-        structure=f"{n_waves} wave{'' if n_waves == 1 else 's'} {_TIMES} {size}",
-        waves=n_waves,
+        tier=run.tier or waves_spec,
+        waves_spec=waves_spec,
+        structure=f"{n_waves} wave{'' if n_waves == 1 else 's'} \N{MULTIPLICATION SIGN} {size}",
         wave_size=size,
-        sessions=len(ended),
         profile=run.profile,
         model=run.model,
-        status=run.status,
+        status=RunStatus(run.status),
         stop_reason=run.stop_reason,
+        prefix_sha256=run.prefix_sha256,
+        created_at=run.created_at,
         started_at=run.started_at,
         finished_at=run.finished_at,
-        elapsed_s=elapsed,
-        cost_usd=cost,
-        dollars_by_outcome=dollars,
+        elapsed_s=(end - start).total_seconds() if start and end else None,
+        sessions=SessionCounts.of(Counter(s.status for s in per)),
         verified=verified,
-        cost_per_verified_usd=cost / verified if verified else None,
-        tool_errors=ToolErrors(*_counts(conn, run_id, "tool_error", "kind")),
-        nudges=Nudges(*_counts(conn, run_id, "nudge", "reason")),
-        retries=sum(s.retries for s in ended),
+        artifacts=_artifacts(conn, run_id),
         turns=sum(turns),
         turns_per_session_median=float(statistics.median(turns)) if turns else None,
-        tokens=_tokens(conn, run_id),
-        memory=_memory(conn, run_id, size),
-        wave_list=wave_list,
+        retries=sum(s.retries for s in per),
+        tokens=tokens,
+        cost_usd=cost,
+        cost_per_verified_usd=cost / verified if verified else None,
+        dollars_by_outcome=dollars,
+        tool_errors=ToolErrors(*_counts(conn, run_id, "tool_error", "kind")),
+        nudges=Nudges(*_counts(conn, run_id, "nudge", "reason")),
+        memory=memory_figures(conn, run_id, concurrent=size),
+        waves=waves,
     )
 
 
-def outcome_of(status: str, outcome: str | None) -> str:
-    """The :data:`OUTCOMES` bucket of a session that is in ``status`` with ``outcome``."""
-    if status == SessionStatus.error.value:
-        return "lost_to_retries" if outcome in RETRY_OUTCOMES else "other_errors"
-    return {
-        SessionStatus.succeeded.value: "verified",
-        SessionStatus.failed.value: "failed_verification",
-        SessionStatus.stopped.value: "stopped",
-        SessionStatus.cancelled.value: "cancelled",
-    }.get(status, "unfinished")
-
-
 class _Session(NamedTuple):
-    outcome: str
-    """The :data:`OUTCOMES` bucket."""
+    status: SessionStatus
+    bucket: CostBucket
+    """Where its dollars go: its outcome's bucket, or ``unfinished`` while it runs."""
     turns: int
     cost_usd: float
     retries: int
 
 
 def _sessions(conn: Connection, run_id: int) -> list[_Session]:
-    """Per session: its outcome bucket, turns, usage dollars and counted model retries."""
+    """Per session: its state, outcome bucket, turns, usage dollars and model retries."""
     per = per_session(run_id)
     rows = conn.execute(
         select(
@@ -284,24 +242,32 @@ def _sessions(conn: Connection, run_id: int) -> list[_Session]:
         .where(sessions.c.run_id == run_id)
     ).all()
     return [
-        _Session(outcome_of(status, outcome), int(turns), float(cost), int(retries))
+        _Session(
+            SessionStatus(status),
+            Outcome(outcome).bucket if outcome is not None else CostBucket.unfinished,
+            int(turns),
+            float(cost),
+            int(retries),
+        )
         for status, outcome, retries, turns, cost in rows
     ]
 
 
-def per_session(run_id: int) -> Subquery:
-    """Turns and usage dollars of each of the run's sessions, joined by session only."""
-    ids = select(sessions.c.id).where(sessions.c.run_id == run_id)
-    return (
-        select(
-            usage.c.session_id,
-            func.count().label("turns"),
-            func.sum(usage.c.cost_usd).label("cost"),
-        )
-        .where(usage.c.session_id.in_(ids))
-        .group_by(usage.c.session_id)
-        .subquery()
-    )
+def _artifacts(conn: Connection, run_id: int) -> Artifacts:
+    ids = select(sessions.c.id).where(sessions.c.run_id == run_id).scalar_subquery()
+    n, versions = conn.execute(
+        select(func.count(func.distinct(artifacts.c.id)), func.count(artifact_versions.c.id))
+        .select_from(artifacts.outerjoin(artifact_versions))
+        .where(artifacts.c.session_id.in_(ids))
+    ).one()
+    passed = conn.execute(
+        select(verifications.c.method, func.count())
+        .where(verifications.c.session_id.in_(ids), verifications.c.passed)
+        .group_by(verifications.c.method)
+        .order_by(verifications.c.method)
+    ).all()
+    by_method = {str(method): int(k) for method, k in passed}
+    return Artifacts(int(n), int(versions), sum(by_method.values()), by_method)
 
 
 def _counts(conn: Connection, run_id: int, kind: str, key: str) -> tuple[int, dict[str, int]]:
@@ -313,160 +279,21 @@ def _counts(conn: Connection, run_id: int, kind: str, key: str) -> tuple[int, di
         .where(sessions.c.run_id == run_id, events.c.kind == kind)
         .group_by(label)
     ).all()
-    by_key = {str(k or "unknown"): int(n) for k, n in sorted(rows, key=lambda r: (-r[1], r[0]))}
-    return sum(by_key.values()), by_key
+    by_key: Counter[str] = Counter()
+    for k, n in rows:
+        by_key[str(k or "unknown")] += int(n)
+    return by_key.total(), dict(sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _tokens(conn: Connection, run_id: int) -> Tokens:
-    sums = conn.execute(
-        select(*[func.coalesce(func.sum(usage.c[c]), 0) for c in TOKEN_KINDS.values()]).where(
-            usage.c.run_id == run_id
-        )
+def _usage(conn: Connection, run_id: int) -> tuple[Tokens, float]:
+    """The run's tokens by kind, and the sum of its ``usage.cost_usd``."""
+    cost, *sums = conn.execute(
+        select(
+            func.coalesce(func.sum(usage.c.cost_usd), 0.0),
+            *[func.coalesce(func.sum(usage.c[c]), 0) for c in TOKEN_KINDS.values()],
+        ).where(usage.c.run_id == run_id)
     ).one()
     n = dict(zip(TOKEN_KINDS, (int(v) for v in sums), strict=True))
-    return Tokens(**n, cache_share=n["cached"] / n["prompt"] if n["prompt"] else None)
-
-
-def _memory(conn: Connection, run_id: int, concurrent: int) -> Memory:
-    tagged = samples.c.run_id == run_id
-    peak = conn.execute(
-        select(samples.c.host, samples.c.pid, samples.c.rss_bytes)
-        .where(tagged, samples.c.role == SESSIONS_ROLE)
-        .order_by(samples.c.rss_bytes.desc(), samples.c.at)
-        .limit(1)
-    ).first()
-    browser = conn.execute(
-        select(func.max(samples.c.rss_bytes)).where(tagged, samples.c.role == BROWSER_ROLE)
-    ).scalar()
-    n_samples = conn.execute(select(func.count()).select_from(samples).where(tagged)).scalar()
-    idle: float | None = None
-    if peak is not None:
-        # The baseline is the worker as it idled just before this run: later idle samples
-        # already carry what earlier runs left behind in the process.
-        first = conn.execute(
-            select(func.min(samples.c.at)).where(
-                tagged, samples.c.host == peak.host, samples.c.pid == peak.pid
-            )
-        ).scalar()
-        values = (
-            conn.execute(
-                select(samples.c.rss_bytes)
-                .where(
-                    samples.c.host == peak.host,
-                    samples.c.pid == peak.pid,
-                    samples.c.role == SESSIONS_ROLE,
-                    samples.c.run_id.is_(None),
-                    samples.c.at < first,
-                )
-                .order_by(samples.c.at.desc())
-                .limit(IDLE_SAMPLES)
-            )
-            .scalars()
-            .all()
-        )
-        idle = float(statistics.median(values)) if values else None
-    added = (
-        (peak.rss_bytes - idle) / concurrent
-        if peak is not None and idle is not None and concurrent
-        else None
-    )
-    return Memory(
-        sessions_peak_rss_bytes=int(peak.rss_bytes) if peak is not None else None,
-        peak_host=peak.host if peak is not None else None,
-        peak_pid=int(peak.pid) if peak is not None else None,
-        idle_rss_bytes=idle,
-        concurrent_sessions=concurrent,
-        rss_per_session_bytes=added,
-        browser_peak_rss_bytes=int(browser) if browser is not None else None,
-        samples=int(n_samples or 0),
-    )
-
-
-def _waves(conn: Connection, run_id: int, prices: PriceTable) -> list[WaveFigures]:
-    rows = conn.execute(
-        select(
-            waves.c.id,
-            waves.c.index.label("wave_index"),
-            waves.c.size,
-            waves.c.started_at,
-            waves.c.finished_at,
-        )
-        .where(waves.c.run_id == run_id)
-        .order_by(waves.c.index)
-    ).all()
-    spent = conn.execute(
-        select(
-            sessions.c.wave_id,
-            usage.c.model,
-            func.sum(usage.c.cost_usd),
-            *[func.sum(usage.c[c]) for c in TOKEN_KINDS.values()],
-        )
-        .join_from(usage, sessions, usage.c.session_id == sessions.c.id)
-        .where(sessions.c.run_id == run_id)
-        .group_by(sessions.c.wave_id, usage.c.model)
-    ).all()
-    by_wave: dict[int, list[tuple[str, float, dict[str, int]]]] = {}
-    for wave_id, model, cost, *sums in spent:
-        by_wave.setdefault(wave_id, []).append(
-            (model, float(cost), dict(zip(TOKEN_KINDS, map(int, sums), strict=True)))
-        )
-    result = []
-    for w in rows:
-        parts: dict[str, float] = {}
-        for model, cost, tokens in by_wave.get(w.id, []):
-            for kind, dollars in split_cost(cost, tokens, prices, model).items():
-                parts[kind] = parts.get(kind, 0.0) + dollars
-        result.append(
-            WaveFigures(
-                index=w.wave_index,
-                size=w.size,
-                started_at=w.started_at,
-                finished_at=w.finished_at,
-                cost_usd=math.fsum(c for _, c, _ in by_wave.get(w.id, [])),
-                cost_by_kind_usd=parts,
-            )
-        )
-    return result
-
-
-def split_cost(
-    cost_usd: float, tokens: Mapping[str, int], prices: PriceTable, model: str
-) -> dict[str, float]:
-    """Apportion recorded dollars to token kinds by what each kind costs.
-
-    The recorded dollars stay the truth (prices may have changed since); the price table only
-    sets the shares. Tool-use prompt tokens are billed as input, thoughts as output. Dollars of
-    a model without a price, or of calls without tokens, stay ``unpriced``.
-    """
-    try:
-        p = prices.price(model)
-    except ConfigError:
-        p = None
-    weights = (
-        {}
-        if p is None
-        else {
-            "uncached_prompt": max(tokens["prompt"] - tokens["cached"], 0) * p.input_per_m,
-            "cached_prompt": tokens["cached"] * p.cached_input_per_m,
-            "tool_use": tokens["tool_use"] * p.input_per_m,
-            "output": tokens["output"] * p.output_per_m,
-            "thoughts": tokens["thoughts"] * p.output_per_m,
-        }
-    )
-    total = math.fsum(weights.values())
-    if total <= 0:
-        return {"unpriced": cost_usd} if cost_usd else {}
-    return {kind: cost_usd * w / total for kind, w in weights.items()}
-
-
-def jsonable(value: Any) -> Any:
-    """Figures as plain JSON values: dataclasses to objects, datetimes to ISO 8601."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return value
+    total = TokenUsage(**{TOKEN_KINDS[kind]: v for kind, v in n.items()}).total
+    share = n["cached"] / n["prompt"] if n["prompt"] else None
+    return Tokens(**n, total=total, cache_share=share), float(cost)

@@ -13,7 +13,8 @@ from PIL import Image
 from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection
 
-from scheduler.report.figures import RunFigures, per_session
+from scheduler.report.figures import RunFigures
+from worker.store.queries import per_session
 from worker.store.tables import samples, sessions, verifications, waves
 
 #: Width of a gallery thumbnail in CSS pixels.

@@ -19,10 +19,11 @@ from scheduler.report.charts import (
     waste_chart,
     wave_cost_chart,
 )
-from scheduler.report.figures import OUTCOMES, RunFigures
+from scheduler.report.figures import RunFigures
+from scheduler.report.format import OUTCOME_LABELS, arrow, delta, duration, mib, pct, usd
 from scheduler.report.gallery import RssSeries, RunDetail, Shot, load_details
-from scheduler.report.ladder_figures import LadderFigures
-from scheduler.report.text import OUTCOME_LABELS, arrow, delta, duration, mib, pct, runs_of, usd
+from scheduler.report.ladder_figures import LadderFigures, runs_of
+from worker.states import CostBucket
 
 __all__ = [
     "RssSeries",
@@ -64,7 +65,7 @@ def render_html(figures: RunFigures | LadderFigures, details: Mapping[int, RunDe
         grid=grid,
         details=details,
         kpis=[(p, kpis([r for r in runs if r.profile == p])) for p in profiles],
-        outcomes=[(o, OUTCOME_LABELS[o], OUTCOME_COLOURS[o]) for o in OUTCOMES],
+        outcomes=[(b, OUTCOME_LABELS[b], OUTCOME_COLOURS[b]) for b in CostBucket],
         arrow=arrow,
         delta=delta,
         rss_chart=rss_chart,
@@ -88,7 +89,7 @@ def profile_colours(profiles: Sequence[str], ladder: LadderFigures | None) -> di
 def kpis(runs: Sequence[RunFigures]) -> list[tuple[str, str, str]]:
     """Headline figures of some runs (one profile's): label, value, a note under it."""
     cost = sum(r.cost_usd for r in runs)
-    verified, total = sum(r.verified for r in runs), sum(r.sessions for r in runs)
+    verified, total = sum(r.verified for r in runs), sum(r.sessions.total for r in runs)
     prompt, cached = sum(r.tokens.prompt for r in runs), sum(r.tokens.cached for r in runs)
     peaks = [
         r.memory.sessions_peak_rss_bytes
@@ -124,6 +125,6 @@ def kpis(runs: Sequence[RunFigures]) -> list[tuple[str, str, str]]:
         (
             "elapsed",
             duration(sum(elapsed)) if elapsed else "-",
-            one.status if one else "sum of runs",
+            one.status.value if one else "sum of runs",
         ),
     ]

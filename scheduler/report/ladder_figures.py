@@ -1,18 +1,58 @@
-"""What a ladder cost and did: its runs by profile and tier, and the profiles compared."""
+"""What a report is about (a run or a ladder), and what a ladder cost and did: its runs by
+profile and tier, and the profiles compared."""
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from scheduler.report.figures import RunFigures, Target, run_figures
-from worker.errors import LadderNotFound
+from scheduler.report.figures import RunFigures, run_figures
+from worker.errors import InputError, LadderNotFound
 from worker.models.pricing import PriceTable
 from worker.store.tables import ladders, runs
+
+__all__ = [
+    "Comparison",
+    "LadderFigures",
+    "ProfileTotals",
+    "Target",
+    "figures_for",
+    "ladder_figures",
+    "runs_of",
+]
+
+_TARGET_RE = re.compile(r"^\s*(?:[Ll](?P<ladder>\d+)|(?P<run>\d+))\s*$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a report is about: a run (written ``12``) or a ladder (written ``L3``)."""
+
+    kind: Literal["run", "ladder"]
+    id: int
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        """Parse ``12`` (a run) or ``L3`` (a ladder).
+
+        Raises:
+            InputError: neither form.
+        """
+        match = _TARGET_RE.match(text)
+        if match is None:
+            raise InputError(f"{text!r} is neither a run id (e.g. 12) nor a ladder id (e.g. L3)")
+        if match["ladder"] is not None:
+            return cls("ladder", int(match["ladder"]))
+        return cls("run", int(match["run"]))
+
+    def __str__(self) -> str:
+        return f"L{self.id}" if self.kind == "ladder" else str(self.id)
 
 
 def figures_for(
@@ -82,6 +122,11 @@ class LadderFigures:
     comparison: list[Comparison]
     """One entry per tier both profiles ran (the latest run of each)."""
     comparison_total: Comparison | None
+
+
+def runs_of(figures: RunFigures | LadderFigures) -> list[RunFigures]:
+    """The runs a report covers, in report order."""
+    return figures.runs if isinstance(figures, LadderFigures) else [figures]
 
 
 def ladder_figures(conn: Connection, ladder_id: int, *, prices: PriceTable) -> LadderFigures:
@@ -169,7 +214,7 @@ def _totals(profile: str, figs: list[RunFigures]) -> ProfileTotals:
     return ProfileTotals(
         profile=profile,
         runs=len(figs),
-        sessions=sum(f.sessions for f in figs),
+        sessions=sum(f.sessions.total for f in figs),
         verified=verified,
         cost_usd=cost,
         cost_per_verified_usd=cost / verified if verified else None,

@@ -1,155 +1,39 @@
-"""``scheduler report RUN_OR_LADDER``: what a run or a ladder cost and did.
+"""A run's or a ladder's figures as rich tables, for ``scheduler report`` in a terminal.
 
-The figures come from :mod:`scheduler.report.figures`; this module prints them as rich tables or
-JSON, and hands them to :mod:`scheduler.report.html` for ``--html``.
+The figures come from :mod:`scheduler.report.figures` and
+:mod:`scheduler.report.ladder_figures`; the text of each cell from
+:mod:`scheduler.report.format`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
-import click
 from rich import box
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from scheduler.report.figures import OUTCOMES, RunFigures, Target, jsonable
-from scheduler.report.ladder_figures import Comparison, LadderFigures, figures_for
-from worker.errors import InputError, RunNotFound
-from worker.models.pricing import PriceTable
-from worker.settings import Settings
-from worker.store.engine import make_engine, require_migrated
+from scheduler.report.figures import RunFigures
+from scheduler.report.format import arrow, delta, duration, mib, pct, usd
+from scheduler.report.ladder_figures import LadderFigures, runs_of
+from worker.states import CostBucket
 
-__all__ = [
-    "OUTCOME_LABELS",
-    "arrow",
-    "delta",
-    "duration",
-    "mib",
-    "parse_target",
-    "pct",
-    "report",
-    "report_view",
-    "runs_of",
-    "usd",
-]
+__all__ = ["report_view"]
 
-#: How each :data:`~scheduler.report.figures.OUTCOMES` bucket reads in a report.
-OUTCOME_LABELS = {
-    "verified": "verified",
-    "failed_verification": "failed verification",
-    "stopped": "stopped by a guard",
-    "lost_to_retries": "lost to retries",
-    "other_errors": "other errors",
-    "cancelled": "cancelled",
-    "unfinished": "still running",
-}
-#: Shorter headers of the same buckets, for an 80-column terminal.
+#: Short headers of the :class:`~worker.states.CostBucket` columns, for an 80-column terminal.
 _OUTCOME_HEADERS = {
-    "verified": "verified",
-    "failed_verification": "failed",
-    "stopped": "stopped",
-    "lost_to_retries": "retried out",
-    "other_errors": "errored",
-    "cancelled": "cancelled",
-    "unfinished": "running",
+    CostBucket.verified: "verified",
+    CostBucket.failed_verification: "failed",
+    CostBucket.stopped: "stopped",
+    CostBucket.lost_to_retries: "retried out",
+    CostBucket.other_errors: "errored",
+    CostBucket.cancelled: "cancelled",
+    CostBucket.unfinished: "running",
 }
-_MIB = 1024 * 1024
-_ARROW = "\N{RIGHTWARDS ARROW}"
 _TEXT_COLUMNS = frozenset(
     {"tier", "structure", "profile", "model", "status", "by kind", "by reason"}
 )
-
-
-def parse_target(ctx: click.Context, param: click.Parameter, value: str) -> Target:
-    """Click callback: ``12`` is a run, ``L3`` a ladder; anything else a usage error."""
-    try:
-        return Target.parse(value)
-    except InputError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-
-
-@click.command()
-@click.argument("target", metavar="RUN_OR_LADDER", callback=parse_target)
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object.")
-@click.option(
-    "--html",
-    "html_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write a self-contained HTML report (charts, gallery) to PATH.",
-)
-@click.pass_obj
-def report(settings: Settings, target: Target, as_json: bool, html_path: Path | None) -> None:
-    """Cost, errors, memory, tokens and outcomes of a run (12) or a ladder (L3)."""
-    prices = PriceTable.load(settings.prices_file)
-    engine = make_engine(settings)
-    try:
-        require_migrated(engine)
-        with engine.connect() as conn:
-            try:
-                figures = figures_for(conn, target, prices=prices)
-            except RunNotFound as exc:
-                raise click.BadParameter(str(exc), param_hint="RUN_OR_LADDER") from None
-            if html_path is not None:
-                # Imported here: matplotlib and Jinja2 load only when a page is asked for,
-                # and report_html imports this module's formatters.
-                from scheduler.report.html import load_details, render_html
-
-                page = render_html(figures, load_details(conn, runs_of(figures)))
-    finally:
-        engine.dispose()
-    if html_path is not None:
-        try:
-            html_path.write_text(page, encoding="utf-8")
-        except OSError as exc:
-            raise click.FileError(str(html_path), hint=exc.strerror or str(exc)) from None
-        click.echo(f"wrote {html_path} ({len(page.encode()) / 1024:,.0f} KiB)", err=as_json)
-    if as_json:
-        click.echo(json.dumps(jsonable(figures), indent=2))
-    else:
-        Console().print(report_view(figures))
-
-
-def runs_of(figures: RunFigures | LadderFigures) -> list[RunFigures]:
-    """The runs a report covers, in report order."""
-    return figures.runs if isinstance(figures, LadderFigures) else [figures]
-
-
-def usd(value: float | None) -> str:
-    """Dollars with cents, or more digits under a dollar; ``-`` for none."""
-    if value is None:
-        return "-"
-    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
-
-
-def pct(value: float | None, *, signed: bool = False) -> str:
-    """A share (0..1) as a percentage; ``-`` for none."""
-    return "-" if value is None else f"{value * 100:{'+' if signed else ''}.1f}%"
-
-
-def mib(value: float | None) -> str:
-    """Bytes in MiB; ``-`` for none."""
-    return "-" if value is None else f"{value / _MIB:,.1f} MiB"
-
-
-def duration(seconds: float | None) -> str:
-    """Seconds as ``42.0 s``, ``3 m 05 s`` or ``1 h 02 m``; ``-`` for none."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} m {secs:02d} s"
-    return f"{minutes // 60} h {minutes % 60:02d} m"
-
-
-def arrow(before: object, after: object) -> str:
-    """``before → after``."""
-    return f"{before} {_ARROW} {after}"
 
 
 def report_view(figures: RunFigures | LadderFigures) -> Group:
@@ -162,10 +46,10 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
         )
     else:
         title = (
-            f"run {figures.run_id}  {figures.status}  ({figures.structure}, model "
+            f"run {figures.run_id}  {figures.status.value}  ({figures.structure}, model "
             f"{figures.model}, profile {figures.profile})"
         )
-    spent = [o for o in OUTCOMES if any(r.dollars_by_outcome[o] for r in runs)]
+    spent = [b for b in CostBucket if any(r.dollars_by_outcome[b] for r in runs)]
     parts: list[Table | Text] = [
         Text(title, style="bold"),
         _table(
@@ -177,7 +61,7 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
                 "structure": lambda r: r.structure,
                 "profile": lambda r: r.profile,
                 "model": lambda r: r.model,
-                "status": lambda r: r.status,
+                "status": lambda r: r.status.value,
                 "elapsed": lambda r: duration(r.elapsed_s),
             },
         ),
@@ -189,7 +73,7 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
             {
                 "run": lambda r: str(r.run_id),
                 "cost": lambda r: usd(r.cost_usd),
-                "verified": lambda r: f"{r.verified}/{r.sessions}",
+                "verified": lambda r: f"{r.verified}/{r.sessions.total}",
                 "$/verified": lambda r: usd(r.cost_per_verified_usd),
                 "turns": lambda r: str(r.turns),
                 "median/session": lambda r: _num(r.turns_per_session_median),
@@ -205,7 +89,7 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
             runs,
             {
                 "run": lambda r: str(r.run_id),
-                **{_OUTCOME_HEADERS[o]: _dollars(o) for o in spent},
+                **{_OUTCOME_HEADERS[b]: _dollars(b) for b in spent},
                 "total": lambda r: usd(r.cost_usd),
             },
             caption="endings that cost nothing are left out",
@@ -288,7 +172,7 @@ def _table(
 
 def _comparison_table(ladder: LadderFigures) -> Table:
     table = Table(
-        title=f"{ladder.baseline} {_ARROW} {ladder.candidate}",
+        title=arrow(ladder.baseline, ladder.candidate),
         title_justify="left",
         title_style="bold",
         box=box.SIMPLE_HEAD,
@@ -319,15 +203,8 @@ def _comparison_table(ladder: LadderFigures) -> Table:
     return table
 
 
-def delta(c: Comparison) -> str:
-    """The candidate's cost against the baseline's, as ``-83.5% (-$0.60)``."""
-    sign = "-" if c.delta_usd < 0 else "+"
-    money = f"{sign}{usd(abs(c.delta_usd))}"
-    return money if c.delta_pct is None else f"{c.delta_pct:+.1f}% ({money})"
-
-
-def _dollars(outcome: str) -> Callable[[RunFigures], str]:
-    return lambda r: usd(r.dollars_by_outcome[outcome])
+def _dollars(bucket: CostBucket) -> Callable[[RunFigures], str]:
+    return lambda r: usd(r.dollars_by_outcome[bucket])
 
 
 def _kinds(items: Iterable[tuple[str, int]]) -> str:

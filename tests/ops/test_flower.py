@@ -234,7 +234,7 @@ def fleet(
         )
         run_id = enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "50", seed=11)
         status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
-        assert status["sessions"]["succeeded"] == 2, status
+        assert status.sessions.succeeded == 2, status
         with engine.connect() as conn:
             rows = conn.execute(
                 select(sessions.c.id, sessions.c.next_turn).where(sessions.c.run_id == run_id)

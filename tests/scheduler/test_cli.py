@@ -118,10 +118,11 @@ def test_embedded_run_needs_no_services(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert json.loads(again.stdout)["run"] == status["run"]
+    assert json.loads(again.stdout)["run_id"] == status["run_id"]
     # and the embedded worker sampled itself like any worker, tagging samples with the run
     with sqlite3.connect(tmp_path / "swarm.db") as db:
         tagged = db.execute(
-            "SELECT count(*) FROM samples WHERE run_id = ? AND role = 'sessions'", (status["run"],)
+            "SELECT count(*) FROM samples WHERE run_id = ? AND role = 'sessions'",
+            (status["run_id"],),
         ).fetchone()[0]
     assert tagged > 0

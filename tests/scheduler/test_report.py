@@ -18,7 +18,7 @@ from sqlalchemy import Engine, func, insert, select, update
 
 from scheduler.cli import cli
 from scheduler.cli.follow import until_finished
-from scheduler.report.figures import Target
+from scheduler.report.ladder_figures import Target
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue, make_run
 from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
@@ -38,7 +38,7 @@ HOST = "report-test-host"
 def report(settings: Settings, *args: str) -> Result:
     """Run ``report`` in-process with the settings the CLI group would have built."""
     # The command is registered on the CLI group elsewhere; invoke it on its own here.
-    from scheduler.report.text import report as command
+    from scheduler.cli.report import report as command
 
     return CliRunner().invoke(command, list(args), obj=settings)
 
@@ -236,7 +236,7 @@ def test_real_run_figures(
     assert by_outcome["verified"] == pytest.approx(
         math.fsum(r.cost_usd for r in rows if r.session_id in succeeded), rel=1e-9
     )
-    assert figures["verified"] == len(succeeded) > 0 and figures["sessions"] == 4
+    assert figures["verified"] == len(succeeded) > 0 and figures["sessions"]["total"] == 4
     assert figures["cost_per_verified_usd"] == pytest.approx(figures["cost_usd"] / len(succeeded))
     # and the peak is the largest sample of the run; RSS per session is (peak - idle) / 2
     memory = figures["memory"]
@@ -249,7 +249,8 @@ def test_real_run_figures(
     assert memory["samples"] == 7
     # and the rest of the row
     assert (figures["tier"], figures["structure"]) == ("2x2", "2 waves \N{MULTIPLICATION SIGN} 2")
-    assert (figures["waves"], figures["wave_size"], figures["profile"]) == (2, 2, "candidate")
+    assert (len(figures["waves"]), figures["wave_size"]) == (2, 2)
+    assert figures["profile"] == "candidate"
     per_session = [sum(1 for r in rows if r.session_id == s) for s in {r.session_id for r in rows}]
     assert figures["turns"] == len(rows)
     assert figures["turns_per_session_median"] == statistics.median(per_session)
@@ -257,7 +258,7 @@ def test_real_run_figures(
     assert figures["tool_errors"]["total"] == n_errors
     assert sum(figures["tool_errors"]["by_kind"].values()) == n_errors
     assert figures["elapsed_s"] > 0
-    waves = figures["wave_list"]
+    waves = figures["waves"]
     assert [w["index"] for w in waves] == [1, 2]
     assert math.fsum(w["cost_usd"] for w in waves) == pytest.approx(figures["cost_usd"])
     for wave in waves:
@@ -318,7 +319,7 @@ def test_dollars_by_outcome_cover_every_ending(settings: Settings, engine: Engin
     )
     assert figures["cost_usd"] == pytest.approx(math.fsum(cost))
     assert figures["retries"] == 6
-    assert figures["verified"] == 1 and figures["sessions"] == 8
+    assert figures["verified"] == 1 and figures["sessions"]["total"] == 8
     assert figures["turns"] == 16 and figures["turns_per_session_median"] == 2
     # and RSS per session is unknown, not invented, without idle samples
     memory = figures["memory"]

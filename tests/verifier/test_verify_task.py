@@ -21,7 +21,7 @@ from worker.agent.turn import run_turn
 from worker.errors import BrowserUnavailable
 from worker.fleet.runtime import Runtime
 from worker.models.sim.dashboards import render_dashboard
-from worker.models.sim.model import flaw_for
+from worker.models.sim.personas import flaw_for
 from worker.store.tables import events, sessions, verifications
 
 pytestmark = [pytest.mark.services, pytest.mark.browser]
@@ -171,7 +171,7 @@ def test_run_verified_in_browser_with_a_repair_round(
     # When the run ends
     status = until_finished(engine, run_id, show=False, timeout_s=240)
     # Then every artifact passed in the browser, with a screenshot, after repairs
-    assert status["sessions"]["succeeded"] == 6, status
+    assert status.sessions.succeeded == 6, status
     with engine.connect() as conn:
         rows = conn.execute(
             select(

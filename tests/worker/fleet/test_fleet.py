@@ -37,9 +37,9 @@ def test_3x4_run_succeeds_in_wave_order(
     run_id = enqueue(settings, "--wave", "3x4", "--sim-latency-ms", "50")
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then all 12 sessions succeeded, each with one artifact and its version history
-    assert status["sessions"]["succeeded"] == 12, status
-    assert status["artifacts"]["total"] == 12
-    assert status["artifacts"]["verified"] == 12
+    assert status.sessions.succeeded == 12, status
+    assert status.artifacts.total == 12
+    assert status.artifacts.verified == 12
     with engine.connect() as conn:
         per_session = conn.execute(
             select(artifacts.c.session_id, func.count(artifact_versions.c.id))
@@ -49,11 +49,12 @@ def test_3x4_run_succeeds_in_wave_order(
     assert len(per_session) == 12
     assert all(n >= 2 for _, n in per_session)  # created, then a region edited in place
     # and wave k+1 started only after wave k finished
-    waves = status["waves"]
-    assert [w["index"] for w in waves] == [1, 2, 3]
+    waves = status.waves
+    assert [w.index for w in waves] == [1, 2, 3]
     for earlier, later in itertools.pairwise(waves):
-        assert earlier["finished_at"] <= later["started_at"]
-    assert status["tokens"]["cached"] > 0 and status["cost_usd"] > 0
+        assert earlier.finished_at is not None and later.started_at is not None
+        assert earlier.finished_at <= later.started_at
+    assert status.tokens.cached > 0 and status.cost_usd > 0
     assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
     assert worker.errors() == []
 
@@ -71,7 +72,7 @@ def test_duplicated_turn_messages_are_harmless(
     # When the run completes
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then every turn committed once: one usage row per turn, versions without gaps
-    assert status["sessions"]["succeeded"] == 4
+    assert status.sessions.succeeded == 4
     assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
     with engine.connect() as conn:
         turns = conn.execute(
@@ -92,7 +93,7 @@ def test_lost_messages_are_redispatched_by_the_reconciler(
     # When nobody sends anything, the workers' reconciler finds the due sessions
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then the run still completes
-    assert status["sessions"]["succeeded"] == 6
+    assert status.sessions.succeeded == 6
 
 
 def test_misbehaving_personas_never_crash_the_worker(
@@ -114,10 +115,10 @@ def test_misbehaving_personas_never_crash_the_worker(
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then every session ended in a recorded state, the misbehaviour shows as tool errors,
     # and the worker is alive with no task that raised
-    sessions_ = status["sessions"]
-    assert sessions_["ended"] == 9
-    assert sessions_["succeeded"] + sessions_["stopped"] == 9
-    kinds = set(status["tool_errors"]["by_kind"])
+    sessions_ = status.sessions
+    assert sessions_.ended == 9
+    assert sessions_.succeeded + sessions_.stopped == 9
+    kinds = set(status.tool_errors.by_kind) | set(status.nudges.by_reason)
     assert {"no_tool_call", "not_found"} <= kinds
     assert kinds & {"bad_arguments", "too_large", "unknown_tool", "conflict", "region_not_found"}
     assert worker.alive and worker.errors() == []
@@ -141,10 +142,10 @@ def test_status_json_has_the_documented_shape(
     )
     assert result.exit_code == 0
     status = json.loads(result.output)
-    assert status["run"] == run_id and status["status"] == "finished"
+    assert status["run_id"] == run_id and status["status"] == "finished"
     assert {"total", "succeeded", "failed", "stopped", "error"} <= set(status["sessions"])
-    assert {"index", "started_at", "finished_at"} <= set(status["waves"][0])
-    assert {"artifacts", "tool_errors", "tokens", "cost_usd"} <= set(status)
+    assert {"index", "status", "done", "started_at", "finished_at"} <= set(status["waves"][0])
+    assert {"artifacts", "tool_errors", "nudges", "tokens", "cost_usd"} <= set(status)
     assert status["tokens"]["prompt"] > status["tokens"]["cached"] > 0
 
 
@@ -183,5 +184,5 @@ def test_a_warm_shutdown_finishes_its_turns_and_hands_the_run_on(
     # and another worker finishes the run without a duplicated turn
     start_worker()
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
-    assert status["sessions"]["succeeded"] == 4
+    assert status.sessions.succeeded == 4
     assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}

@@ -281,7 +281,9 @@ def test_the_role_follows_the_queues_and_one_sampler_runs_per_process(
     assert again is sampler
     assert (sampler.role, sampler.browser) == (role, browser)
     assert not sampler._thread.is_alive()
-    assert {r.role for r in rows} == {role.value}
+    # (browser rows come and go with this test process's children, e.g. an earlier test's
+    # shared Chromium; the process's own rows carry its role)
+    assert {r.role for r in rows} - {Role.browser.value} == {role.value}
 
 
 # --- Real workers ---------------------------------------------------------------------
@@ -300,7 +302,7 @@ def test_a_worker_samples_itself_idle_and_per_run(
     # When a small run goes through it
     run_id = enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "300")
     status = until_finished(engine, run_id, show=False, timeout_s=TIMEOUT_S)
-    assert status["sessions"]["succeeded"] == 2
+    assert status.sessions.succeeded == 2
     with engine.connect() as conn:
         started_at, finished_at = conn.execute(
             select(runs.c.started_at, runs.c.finished_at).where(runs.c.id == run_id)

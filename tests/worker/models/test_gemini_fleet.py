@@ -37,14 +37,12 @@ def _worker(
 
 def _outcomes(engine: Engine, run_id: int) -> list[tuple[str, str | None]]:
     with engine.connect() as conn:
-        return [
-            tuple(r)
-            for r in conn.execute(  # type: ignore[misc]
-                select(sessions.c.status, sessions.c.outcome)
-                .where(sessions.c.run_id == run_id)
-                .order_by(sessions.c.index)
-            )
-        ]
+        rows = conn.execute(
+            select(sessions.c.status, sessions.c.outcome)
+            .where(sessions.c.run_id == run_id)
+            .order_by(sessions.c.index)
+        )
+        return [(status, outcome) for status, outcome in rows]
 
 
 def test_2x3_run_through_the_sdk_is_priced(
@@ -61,20 +59,20 @@ def test_2x3_run_through_the_sdk_is_priced(
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then all six sessions succeeded, every request accepted: thought signatures
     # survived the history rebuilt from the event log on whichever thread took the turn
-    assert status["sessions"]["succeeded"] == 6, _outcomes(engine, run_id)
+    assert status.sessions.succeeded == 6, _outcomes(engine, run_id)
     assert {s.status for s in fake.served} == {200}
-    assert len(fake.served) == status["turns"]
+    assert len(fake.served) == status.turns
     # and every kind of token was counted, and priced from the table
-    tokens = status["tokens"]
-    assert tokens["prompt"] > tokens["cached"] > 0 and tokens["output"] > 0
-    assert tokens["thoughts"] > 0
+    tokens = status.tokens
+    assert tokens.prompt > tokens.cached > 0 and tokens.output > 0
+    assert tokens.thoughts > 0
     price = PriceTable.load().price(MODEL)
     expected = (
-        (tokens["prompt"] - tokens["cached"]) * price.input_per_m
-        + tokens["cached"] * price.cached_input_per_m
-        + (tokens["output"] + tokens["thoughts"]) * price.output_per_m
+        (tokens.prompt - tokens.cached) * price.input_per_m
+        + tokens.cached * price.cached_input_per_m
+        + (tokens.output + tokens.thoughts) * price.output_per_m
     ) / 1e6
-    assert status["cost_usd"] == pytest.approx(expected, abs=1e-6)
+    assert status.cost_usd == pytest.approx(expected, abs=1e-6)
     with engine.connect() as conn:
         models = set(conn.execute(select(usage.c.model)).scalars())
     assert models == {MODEL}
@@ -95,7 +93,7 @@ def test_a_429_retry_delay_is_honoured(
     run_id = enqueue(settings, "--wave", "1x1", model=MODEL, seed=11)
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then the session succeeded, and the retry came no sooner than 2 s later
-    assert status["sessions"]["succeeded"] == 1
+    assert status.sessions.succeeded == 1
     served = fake.served
     limited = next(i for i, s in enumerate(served) if s.status == 429)
     assert served[limited + 1].turn == served[limited].turn
@@ -117,7 +115,7 @@ def test_a_daily_quota_stops_the_fleet_without_retries(
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then every session ended; those cut short are stopped with the quota as reason
     outcomes = _outcomes(engine, run_id)
-    assert status["sessions"]["total"] == 6 and status["finished_at"] is not None
+    assert status.sessions.total == 6 and status.finished_at is not None
     assert ("stopped", "quota") in outcomes
     assert {s for s, _ in outcomes} <= {"succeeded", "stopped"}
     # and nobody retried: one 429, and only calls already in flight came after it
@@ -160,9 +158,9 @@ def test_server_faults_end_every_session_in_a_recorded_state(
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then every fault fired, every session ended, and no turn was committed twice
     assert set(fake.faults.fired) == {"hang", "500", "503", "truncate"}, fake.faults.fired
-    assert status["sessions"]["total"] == 6 and status["finished_at"] is not None
+    assert status.sessions.total == 6 and status.finished_at is not None
     assert {s for s, _ in _outcomes(engine, run_id)} <= {"succeeded", "error"}
-    assert status["sessions"]["succeeded"] >= 4
+    assert status.sessions.succeeded >= 4
     assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
     assert worker.errors() == []
 
@@ -234,7 +232,7 @@ def test_an_explicit_cache_serves_the_run_and_goes_with_it(
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     # Then one cache was created for the whole run and named by every request, which
     # therefore left the prefix out (the API refuses both at once)
-    assert status["sessions"]["succeeded"] == 6, _outcomes(engine, run_id)
+    assert status.sessions.succeeded == 6, _outcomes(engine, run_id)
     assert fake.caches.created == 1
     names = {s.cache for s in fake.served}
     assert len(names) == 1 and None not in names

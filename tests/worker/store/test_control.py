@@ -33,7 +33,7 @@ def _states(rt: Runtime, run_id: int) -> dict[int, tuple[str, str | None]]:
                 sessions.c.run_id == run_id
             )
         ).all()
-    return {r.index: (r.status, r.outcome) for r in rows}
+    return {index: (status, outcome) for index, status, outcome in rows}
 
 
 def _run(rt: Runtime, run_id: int) -> Any:
@@ -127,7 +127,7 @@ def test_resume_completes_a_run_whose_messages_were_lost(
     assert result.exit_code == 0, result.output
     assert "2 turns and 0 verifications dispatched" in result.output
     status = until_finished(runtime.engine, run_id, show=False, timeout_s=120)
-    assert status["sessions"]["succeeded"] == 4
+    assert status.sessions.succeeded == 4
 
 
 def test_cancel_from_the_cli(settings: Settings, runtime: Runtime) -> None:
@@ -138,7 +138,7 @@ def test_cancel_from_the_cli(settings: Settings, runtime: Runtime) -> None:
     assert result.exit_code == 0, result.output
     assert "3 sessions ended now, 0 end after" in result.output
     status = until_finished(runtime.engine, run_id, show=False, timeout_s=10)
-    assert status["sessions"]["cancelled"] == 3
+    assert status.sessions.cancelled == 3
 
 
 def test_cancelling_a_ladder_stops_its_run_and_every_tier_to_come(
