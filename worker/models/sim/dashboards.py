@@ -5,6 +5,18 @@ work: every page is a 12-25 KB self-contained HTML/Canvas telemetry dashboard wh
 are drawn by their own JS functions from synthetic data (a seeded PRNG in the page) in one
 ``requestAnimationFrame`` loop. A ``flaw`` gives a first draft that verification must
 reject, so repair rounds can be exercised. Only the stdlib is used.
+
+The page skeletons, CSS and JavaScript are real files in ``assets/`` next to this module
+(``page.html``, ``dashboard.css``, ``core.js``, one ``panel-<kind>.js`` per panel kind,
+``run.js``, ``loop[-<flaw>].js``, and ``lite*`` for the compact card), read once per process
+with :mod:`importlib.resources`. They share one placeholder dialect: ``__NAME__``, two
+underscores either side of an upper-case name (``__CFG__``, ``__ACCENT2__``, ``__TITLE__``).
+Such a marker is a plain identifier to a JS or CSS parser and plain text to an HTML one, so
+the files stay lintable as they stand (``node --check`` parses every ``.js``), which neither
+``string.Template`` (``${host}`` already means something in a JS template literal) nor
+comment markers (``const CFG = /*@cfg@*/;`` does not parse) would allow. Markers are filled
+in one pass, so a value is never rescanned for markers, and a marker without a value raises
+``KeyError``. ``verifier/probe.js`` uses the same dialect.
 """
 
 from __future__ import annotations
@@ -12,23 +24,21 @@ from __future__ import annotations
 import html
 import json
 import random
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
 
-from worker.models.sim.assets import (
-    CSS,
-    JS_CORE,
-    JS_LOOPS,
-    JS_PANELS,
-    JS_RUN,
-    LITE_LOOPS,
-    LITE_PAGE,
-    PAGE,
-)
+from worker.models.sim import catalog
 
 __all__ = ["FLAWS", "Dashboard", "render_dashboard", "render_lite", "render_region"]
 
 #: Flaws a first draft can carry, each one a reason for verification to reject it.
 FLAWS: tuple[str, ...] = ("set_interval", "external_font", "js_error", "static_canvas")
+#: Flaws that live in the animation loop, each with its own ``loop-<flaw>.js`` asset.
+_LOOP_FLAWS = ("set_interval", "js_error", "static_canvas")
+_PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9]*)__")
 
 
 @dataclass(frozen=True)
@@ -38,29 +48,6 @@ class Dashboard:
     title: str  #: page title, shown in the top bar
     html: str  #: the whole standalone page
     regions: tuple[str, ...]  #: ids of the <section> elements wrapping each panel
-
-
-@dataclass(frozen=True)
-class _Metric:
-    name: str
-    unit: str
-    lo: float
-    hi: float
-    inv: bool = False  #: high is good (cache hit ratio), so low values are the alarming ones
-
-
-@dataclass(frozen=True)
-class _Theme:
-    bg: str
-    panel: str
-    grid: str
-    text: str
-    muted: str
-    accent: str
-    accent2: str
-    warn: str
-    crit: str
-    extra: tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -75,7 +62,7 @@ class _Panel:
 class _Spec:
     seed: int
     title: str
-    theme: _Theme
+    theme: catalog.Theme
     areas: tuple[str, ...]
     font: str
     radius: int
@@ -87,75 +74,6 @@ class _Spec:
 # field on its own line). Theme fields: bg, panel, grid, text, muted, accent, accent2, warn,
 # crit, then two extra series colours.
 # fmt: off
-_THEMES = (
-    _Theme("#0B0F1A", "#111827", "#1F2A40", "#E6F1FF", "#6B7A99", "#00E5FF", "#FF2BD6",
-           "#FFC400", "#FF3D57", ("#7CFF6B", "#8B5CF6")),
-    _Theme("#140A1F", "#1E1030", "#33204D", "#F5E9FF", "#8E7AA8", "#FF6EC7", "#7DF9FF",
-           "#FFD166", "#FF4D6D", ("#B8FF5C", "#9D7BFF")),
-    _Theme("#050A06", "#0B140D", "#17301C", "#D8FFE0", "#5C8A66", "#39FF14", "#00FFC6",
-           "#E7FF3C", "#FF5F45", ("#4FC3F7", "#C6FF8A")),
-    _Theme("#0F0B05", "#1A140A", "#33270F", "#FFF3DC", "#9C8660", "#FFB000", "#FF6A00",
-           "#FFE066", "#FF3B30", ("#00D1FF", "#C0FF3E")),
-    _Theme("#07121C", "#0C1D2B", "#183349", "#E3F6FF", "#6F8FA6", "#7FDBFF", "#3D9BFF",
-           "#FFD23F", "#FF5470", ("#A0FFE6", "#C792EA")),
-    _Theme("#0D0608", "#180B0F", "#36161F", "#FFE8EC", "#9A6B76", "#FF1744", "#FF9100",
-           "#FFEA00", "#FF5252", ("#18FFFF", "#E040FB")),
-    _Theme("#0A0818", "#141028", "#2A2350", "#ECE8FF", "#7D74A8", "#B388FF", "#00E5FF",
-           "#FFCA28", "#FF5370", ("#69F0AE", "#FF80AB")),
-)
-_METRICS = (
-    _Metric("cpu", "%", 0, 100), _Metric("mem", "%", 0, 100), _Metric("io wait", "%", 0, 40),
-    _Metric("queue depth", "", 0, 500), _Metric("p99 latency", "ms", 0, 800),
-    _Metric("p50 latency", "ms", 0, 200), _Metric("error rate", "%", 0, 5),
-    _Metric("cache hit ratio", "%", 40, 100, inv=True), _Metric("net rx", "MB/s", 0, 900),
-    _Metric("net tx", "MB/s", 0, 600), _Metric("disk util", "%", 0, 100),
-    _Metric("gc pause", "ms", 0, 120), _Metric("req/s", "", 0, 12000),
-    _Metric("open conns", "", 0, 4000), _Metric("replication lag", "ms", 0, 1500),
-    _Metric("thread pool", "%", 0, 100), _Metric("swap", "%", 0, 30),
-    _Metric("slo budget", "%", 0, 100, inv=True),
-)
-# fmt: on
-#: Stacked-area groups: title, unit, ceiling per layer, layer names.
-_STACKS = (
-    ("cpu split", "%", 25, ("user", "system", "io wait", "steal")),
-    ("traffic by region", "req/s", 3000, ("eu-west", "us-east", "ap-south")),
-    ("memory", "GB", 16, ("heap", "page cache", "buffers", "mapped")),
-    ("errors by class", "/s", 40, ("4xx", "5xx", "timeout")),
-)
-_ENTITIES = ("sh", "n", "pg", "q", "w", "az")
-_HOSTS = ("edge-1", "edge-2", "api-3", "api-7", "db-0", "db-1", "cache-2", "mq-4", "gw-9")
-#: Panel kind -> (title choices, metrics drawn).
-_KINDS: dict[str, tuple[tuple[str, ...], int]] = {
-    "gauges": (("Saturation", "Core Vitals", "Host Pressure"), 3),
-    "sparklines": (("Live Signals", "Rolling Telemetry", "Trend Lines"), 4),
-    "bars": (("Load by Shard", "Per-Node Pressure", "Hot Spots"), 10),
-    "heatmap": (("Fleet Heatmap", "Node Matrix", "Thermal Grid"), 7),
-    "events": (("Event Stream", "Alert Ticker", "Ops Log"), 3),
-    "rings": (("Budgets", "Ratios", "Ring Meters"), 3),
-    "scatter": (("Latency vs Load", "Request Cloud", "Correlation"), 2),
-    "area": (("Stacked Load", "Composition", "Flow Mix"), 0),
-}
-#: grid-template-areas per panel count; letter i is panel i.
-_LAYOUTS = {
-    4: (("a a b", "c d d"), ("a b", "c d"), ("a a b", "a a c", "d d d")),
-    5: (("a a b c", "a a d e"), ("a b c", "d d e"), ("a b b", "c d e")),
-    6: (("a b c", "d e f"), ("a a b c", "d e f f"), ("a b c d", "a e f d")),
-}
-_FONTS = (
-    "ui-monospace, 'JetBrains Mono', Menlo, Consolas, monospace",
-    "system-ui, 'Segoe UI', Roboto, sans-serif",
-    "'Eurostile', 'Bank Gothic', 'Segoe UI', Helvetica, sans-serif",
-)
-_TITLE_HEADS = ("Orbital", "Neon", "Edge", "Core", "Atlas", "Helios", "Kestrel", "Vanta", "Halo")
-_TITLE_TAILS = ("Ops Grid", "Telemetry Deck", "Cluster Watch", "Fleet Monitor", "Control Room")
-_ZONES = ("eu-west-2", "us-east-1", "ap-south-1", "sa-east-1", "lab", "prod", "staging")
-_EXTERNAL_FONT = (
-    '<link rel="preconnect" href="https://fonts.gstatic.com">\n'
-    '<link href="https://fonts.googleapis.com/css2?family=Orbitron:wght@400;700&display=swap"'
-    ' rel="stylesheet">\n'
-)
-
-
 def render_dashboard(seed: int, *, title: str | None = None, flaw: str | None = None) -> Dashboard:
     """Render the dashboard for ``seed``.
 
@@ -185,17 +103,18 @@ def render_dashboard(seed: int, *, title: str | None = None, flaw: str | None = 
         f'<b id="kpi{i}">--</b></div>'
         for i, p in enumerate(spec.panels[:3])
     )
-    page = (
-        PAGE.replace("__HEAD__", _EXTERNAL_FONT if flaw == "external_font" else "")
-        .replace("__TITLE__", html.escape(page_title))
-        .replace("__CSS__", _css(spec, font))
-        .replace("__KPIS__", kpis)
-        .replace("__SECTIONS__", sections)
-        .replace(
-            "__FOOT__",
-            f"seed {seed} &middot; {len(spec.panels)} panels &middot; {spec.tick_ms} ms ticks",
-        )
-        .replace("__SCRIPT__", _script(spec, font, flaw))
+    page = _fill(
+        _asset("page.html"),
+        {
+            "HEAD": catalog.EXTERNAL_FONT if flaw == "external_font" else "",
+            "TITLE": html.escape(page_title),
+            "CSS": _css(spec, font),
+            "KPIS": kpis,
+            "SECTIONS": sections,
+            "FOOT": f"seed {seed} &middot; {len(spec.panels)} panels &middot; "
+            f"{spec.tick_ms} ms ticks",
+            "SCRIPT": _script(spec, font, flaw),
+        },
     )
     return Dashboard(page_title, page, tuple(p.kind for p in spec.panels))
 
@@ -223,15 +142,16 @@ def render_lite(seed: int, *, title: str, metrics: list[str], flaw: str | None =
         "panel": theme.panel,
     }
     blob = json.dumps(config, separators=(",", ":")).replace("</", "<\\/")
-    loop = LITE_LOOPS["" if flaw in (None, "external_font") else flaw]
-    return (
-        LITE_PAGE.replace("__HEAD__", _EXTERNAL_FONT if flaw == "external_font" else "")
-        .replace("__TITLE__", html.escape(title))
-        .replace("__BG__", theme.bg)
-        .replace("__FG__", theme.text)
-        .replace("__FONT__", spec.font)
-        .replace("__CFG__", blob)
-        .replace("__LOOP__", loop)
+    css = _fill(_asset("lite.css"), {"BG": theme.bg, "FG": theme.text, "FONT": spec.font})
+    script = _fill(_asset("lite.js"), {"CFG": blob}) + _asset(_loop("lite-loop", flaw))
+    return _fill(
+        _asset("lite.html"),
+        {
+            "HEAD": catalog.EXTERNAL_FONT if flaw == "external_font" else "",
+            "TITLE": html.escape(title),
+            "CSS": css,
+            "SCRIPT": script,
+        },
     )
 
 
@@ -261,18 +181,19 @@ def render_region(seed: int, region_id: str, *, revision: int) -> str:
 
 def _spec(seed: int) -> _Spec:
     rng = random.Random(seed)
-    theme = rng.choice(_THEMES)
+    theme = rng.choice(catalog.THEMES)
     count = rng.choice((4, 5, 5, 6, 6))
-    kinds = rng.sample(sorted(_KINDS), count)
-    areas = rng.choice(_LAYOUTS[count])
-    title = f"{rng.choice(_TITLE_HEADS)} {rng.choice(_TITLE_TAILS)} · {rng.choice(_ZONES)}"
+    kinds = rng.sample(sorted(catalog.KINDS), count)
+    areas = rng.choice(catalog.LAYOUTS[count])
+    head, tail = rng.choice(catalog.TITLE_HEADS), rng.choice(catalog.TITLE_TAILS)
+    title = f"{head} {tail} · {rng.choice(catalog.ZONES)}"
     panels = tuple(_panel(rng, kind) for kind in kinds)
     return _Spec(
         seed,
         title,
         theme,
         areas,
-        rng.choice(_FONTS),
+        rng.choice(catalog.FONTS),
         rng.choice((4, 8, 14)),
         rng.choice((80, 100, 120, 150)),
         panels,
@@ -280,27 +201,27 @@ def _spec(seed: int) -> _Spec:
 
 
 def _panel(rng: random.Random, kind: str) -> _Panel:
-    titles, count = _KINDS[kind]
+    titles, count = catalog.KINDS[kind]
     title = rng.choice(titles)
     if kind == "area":
-        name, unit, ceiling, layers = rng.choice(_STACKS)
-        metrics = [_Metric(layer, unit, 0, ceiling) for layer in layers]
+        name, unit, ceiling, layers = rng.choice(catalog.STACKS)
+        metrics = [catalog.Metric(layer, unit, 0, ceiling) for layer in layers]
         subtitle = f"{name}, {unit}"
     elif kind in ("bars", "heatmap"):
-        base = rng.choice(_METRICS)
-        prefix = rng.choice(_ENTITIES)
+        base = rng.choice(catalog.METRICS)
+        prefix = rng.choice(catalog.ENTITIES)
         metrics = [
-            _Metric(f"{prefix}{i:02d}", base.unit, base.lo, base.hi, base.inv)
+            catalog.Metric(f"{prefix}{i:02d}", base.unit, base.lo, base.hi, base.inv)
             for i in range(1, count + rng.randint(0, 2) + 1)
         ]
         subtitle = f"{base.name} per {'node' if kind == 'heatmap' else 'shard'}"
     else:
-        metrics = rng.sample(_METRICS, count + (rng.randint(0, 1) if count > 2 else 0))
+        metrics = rng.sample(catalog.METRICS, count + (rng.randint(0, 1) if count > 2 else 0))
         subtitle = " / ".join(m.name for m in metrics)
     return _Panel(kind, title, subtitle, tuple(_metric_config(rng, m) for m in metrics))
 
 
-def _metric_config(rng: random.Random, m: _Metric) -> dict[str, object]:
+def _metric_config(rng: random.Random, m: catalog.Metric) -> dict[str, object]:
     return {
         "name": m.name,
         "unit": m.unit,
@@ -317,7 +238,7 @@ def _region_inner(spec: _Spec, panel: _Panel, revision: int) -> str:
     extra = ""
     if revision:
         rng = random.Random(f"{spec.seed}:{panel.kind}:{revision}")
-        title = rng.choice(_KINDS[panel.kind][0])
+        title = rng.choice(catalog.KINDS[panel.kind][0])
         items = "".join(
             f'<li><i style="background:{colour}"></i>{html.escape(name)}</li>'
             for name, colour in _legend(spec.theme, panel)
@@ -333,7 +254,7 @@ def _region_inner(spec: _Spec, panel: _Panel, revision: int) -> str:
     )
 
 
-def _legend(theme: _Theme, panel: _Panel) -> list[tuple[str, str]]:
+def _legend(theme: catalog.Theme, panel: _Panel) -> list[tuple[str, str]]:
     """Legend entries (label, colour) matching how the panel's JS colours its marks."""
     if panel.kind in ("gauges", "bars", "heatmap", "events"):
         return [("nominal", theme.accent), ("soft limit", theme.warn), ("breach", theme.crit)]
@@ -343,7 +264,7 @@ def _legend(theme: _Theme, panel: _Panel) -> list[tuple[str, str]]:
     return list(zip(names, _series(theme), strict=False))
 
 
-def _series(theme: _Theme) -> list[str]:
+def _series(theme: catalog.Theme) -> list[str]:
     """Series colours in the order the page's JS assigns them (T.series)."""
     return [theme.accent, theme.accent2, *theme.extra, theme.warn]
 
@@ -357,13 +278,10 @@ def _css(spec: _Spec, font: str) -> str:
         "ROWS": str(len(spec.areas)),
         "AREAS": " ".join(f'"{row}"' for row in spec.areas),
     }
-    css = CSS
-    for key in sorted(values, key=len, reverse=True):  # $ACCENT2 before $ACCENT
-        css = css.replace(f"${key}", values[key])
-    return css
+    return _fill(_asset("dashboard.css"), values)
 
 
-def _colours(theme: _Theme) -> dict[str, str]:
+def _colours(theme: catalog.Theme) -> dict[str, str]:
     """The theme's named colours (everything but the extra series colours)."""
     return {key: value for key, value in vars(theme).items() if isinstance(value, str)}
 
@@ -374,15 +292,38 @@ def _script(spec: _Spec, font: str, flaw: str | None) -> str:
         "seed": spec.seed % 2**32,
         "tickMs": spec.tick_ms,
         "font": font,
-        "hosts": _HOSTS,
+        "hosts": catalog.HOSTS,
         "theme": _colours(t) | {"series": _series(t)},
         "panels": [{"id": p.kind, "metrics": list(p.metrics)} for p in spec.panels],
     }
     blob = json.dumps(config, separators=(",", ":")).replace("</", "<\\/")
     kinds = [p.kind for p in spec.panels]
-    draws = "".join(JS_PANELS[kind] for kind in kinds)
+    draws = "".join(_asset(f"panel-{kind}.js") for kind in kinds)
     table = ", ".join(f"{kind}: draw{kind.capitalize()}" for kind in kinds)
-    loop = JS_LOOPS.get(flaw or "", JS_LOOPS[""])
     return (
-        JS_CORE.replace("__CFG__", blob) + draws + f"const DRAW = {{ {table} }};\n" + JS_RUN + loop
+        _fill(_asset("core.js"), {"CFG": blob})
+        + draws
+        + f"const DRAW = {{ {table} }};\n"
+        + _asset("run.js")
+        + _asset(_loop("loop", flaw))
     )
+
+
+def _loop(stem: str, flaw: str | None) -> str:
+    """Asset name of the animation loop: the clean one, or the draft carrying ``flaw``."""
+    return f"{stem}-{flaw}.js" if flaw in _LOOP_FLAWS else f"{stem}.js"
+
+
+@cache
+def _asset(name: str) -> str:
+    """The text of ``assets/<name>``, read once per process."""
+    return (files(__package__) / "assets" / name).read_text(encoding="utf-8")
+
+
+def _fill(template: str, values: Mapping[str, str]) -> str:
+    """Replace every ``__NAME__`` marker in ``template`` with ``values[NAME]``, in one pass.
+
+    Raises:
+        KeyError: ``template`` has a marker that ``values`` does not name.
+    """
+    return _PLACEHOLDER.sub(lambda match: values[match[1]], template)

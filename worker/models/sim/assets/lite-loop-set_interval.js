@@ -1,0 +1,1 @@
+setInterval(() => { step(); draw(); }, 16);

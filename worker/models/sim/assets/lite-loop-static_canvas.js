@@ -1,0 +1,1 @@
+step(); requestAnimationFrame(draw);

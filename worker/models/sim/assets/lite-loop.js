@@ -1,0 +1,2 @@
+function frame() { step(); draw(); requestAnimationFrame(frame); }
+requestAnimationFrame(frame);
