@@ -293,7 +293,7 @@ def test_closed_browser_refuses_work(page_html: Callable[[str], str]) -> None:
 
 def _args(pid: int) -> list[str]:
     try:
-        return psutil.Process(pid).cmdline()
+        return list(psutil.Process(pid).cmdline())
     except psutil.Error:  # a renderer that has just exited
         return []
 
