@@ -41,7 +41,7 @@ from worker.errors import (
 from worker.fleet.runtime import Runtime
 from worker.models.base import Model, ModelRequest, ModelTurn
 from worker.states import Outcome, RunStatus
-from worker.store import lifecycle
+from worker.store import lifecycle, sessions
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def _play(
             outcome=Outcome.poison_turn,
         )
     with rt.engine.connect() as conn:
-        view = lifecycle.load_session(conn, session_id=claim.session_id)
+        view = sessions.load_session(conn, session_id=claim.session_id)
         spent = limits.spend(conn, session_id=claim.session_id, run_id=view.run_id)
     config = RunConfig.model_validate(view.run_config)
     if view.run_status == RunStatus.cancelled.value:
@@ -154,7 +154,7 @@ def _play(
     return outcome, len(answer.calls)
 
 
-def _model_for(rt: Runtime, view: lifecycle.SessionView) -> Model:
+def _model_for(rt: Runtime, view: sessions.SessionView) -> Model:
     try:
         return rt.providers.model_for(view)
     except ConfigError as exc:
@@ -186,7 +186,7 @@ def _generate(
 def _commit(
     rt: Runtime,
     claim: lifecycle.Claim,
-    view: lifecycle.SessionView,
+    view: sessions.SessionView,
     log: list[Event],
     config: RunConfig,
     answer: ModelTurn,
@@ -225,11 +225,11 @@ def _commit(
             # The first time, the agent is told what it repeats and what to do instead.
             items.append(Nudge(NudgeReason.loop, user_text(loop.message), loop_kind=loop.kind))
             loop = None
-        lifecycle.add_events(
+        sessions.add_events(
             conn, session_id=claim.session_id, turn_no=claim.turn_no, items=items, now=now
         )
         usage = answer.usage
-        lifecycle.add_usage(
+        sessions.add_usage(
             conn,
             session_id=claim.session_id,
             run_id=view.run_id,
@@ -294,7 +294,7 @@ def _end(rt: Runtime, claim: lifecycle.Claim, stop: SessionStopped) -> TurnOutco
             epoch=claim.epoch,
         )
         if ended:
-            lifecycle.add_events(
+            sessions.add_events(
                 conn,
                 session_id=claim.session_id,
                 turn_no=claim.turn_no,

@@ -15,6 +15,7 @@ from worker.agent.runs import RunConfig
 from worker.fleet.runtime import Runtime
 from worker.states import Outcome, SessionStatus
 from worker.store import lifecycle
+from worker.store.sessions import add_events
 from worker.store.tables import artifact_versions as _versions
 from worker.store.tables import runs, sessions, verifications
 
@@ -122,7 +123,7 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
                 conn, session_id=handoff.session_id, repair_round=handoff.round + 1, now=now
             )
             text = feedback_text(verdict.checks, round_no=handoff.round, rounds=rounds)
-            lifecycle.add_events(
+            add_events(
                 conn,
                 session_id=handoff.session_id,
                 turn_no=row.next_turn,

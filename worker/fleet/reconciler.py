@@ -14,12 +14,8 @@ import logging
 import threading
 from datetime import timedelta
 
-from sqlalchemy import update
-
 from worker.fleet.runtime import Runtime
-from worker.states import SessionStatus
 from worker.store import lifecycle
-from worker.store.tables import sessions
 
 logger = logging.getLogger(__name__)
 
@@ -29,30 +25,9 @@ def reconcile_once(rt: Runtime) -> int:
     now = rt.clock()
     stale = now - timedelta(seconds=rt.settings.redispatch_after_s)
     stale_verify = now - timedelta(seconds=rt.settings.verify_redispatch_after_s)
-    s = sessions
-    running = s.c.status == SessionStatus.running.value
-    verifying = s.c.status == SessionStatus.verifying.value
     with rt.engine.begin() as conn:
         dispatches = lifecycle.take_outbox(conn, now=now, older_than=stale)
-        # Claiming by UPDATE ... RETURNING means two reconcilers never send the same row.
-        due = conn.execute(
-            update(s)
-            .where(
-                (
-                    running
-                    & ((s.c.lease_expires_at.is_(None)) | (s.c.lease_expires_at < now))
-                    & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale))
-                )
-                | (verifying & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale_verify)))
-            )
-            .values(dispatched_at=now)
-            .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
-        ).all()
-    for row in sorted(due):
-        if row.status == SessionStatus.verifying.value:
-            dispatches.append(lifecycle.Dispatch(row.id, "verify", row.repair_round))
-        else:
-            dispatches.append(lifecycle.Dispatch(row.id, "turn", row.next_turn))
+        dispatches += lifecycle.claim_overdue(conn, now=now, stale=stale, stale_verify=stale_verify)
     if dispatches:
         logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
     sent = rt.send_all(dispatches)

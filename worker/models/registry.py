@@ -27,7 +27,7 @@ from worker.models.sim.model import SimModel
 from worker.models.sim.personas import Persona, flaw_for
 from worker.settings import Settings
 from worker.store.engine import utcnow
-from worker.store.lifecycle import SessionView
+from worker.store.sessions import SessionView
 
 #: Model name of the offline stand-in.
 SIM = "sim"

@@ -1,11 +1,14 @@
-"""A user's hand on a run: cancel it (or a whole ladder), or resume what has not ended."""
+"""A user's hand on a run: cancel it (or a whole ladder), or resume what has not ended.
+
+This module checks what a user asked for; the transitions are :mod:`worker.store.lifecycle`'s.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from worker.errors import InputError, LadderNotFound, RunNotFound
@@ -35,16 +38,7 @@ def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
     status = _status(conn, run_id)
     if status == RunStatus.finished.value:
         raise InputError(f"run {run_id} has already finished")
-    conn.execute(
-        update(runs)
-        .where(runs.c.id == run_id)
-        .values(
-            status=RunStatus.cancelled.value,
-            stop_reason=runs.c.stop_reason
-            if status == RunStatus.cancelled.value
-            else "cancelled by a user",
-        )
-    )
+    lifecycle.cancel_run(conn, run_id=run_id, reason="cancelled by a user")
     rows = conn.execute(
         select(sessions.c.id, sessions.c.status, sessions.c.lease_expires_at)
         .where(sessions.c.run_id == run_id, sessions.c.status.in_(lifecycle.ACTIVE))
@@ -78,9 +72,7 @@ def cancel_ladder(conn: Connection, *, ladder_id: int, now: datetime) -> Cancell
         raise LadderNotFound(f"no ladder L{ladder_id}")
     if status == RunStatus.finished.value:
         raise InputError(f"ladder L{ladder_id} has already finished")
-    conn.execute(
-        update(ladders).where(ladders.c.id == ladder_id).values(status=RunStatus.cancelled.value)
-    )
+    lifecycle.cancel_ladder(conn, ladder_id=ladder_id)
     open_runs = (
         conn.execute(
             select(runs.c.id)
@@ -109,26 +101,7 @@ def resume_run(conn: Connection, *, run_id: int, now: datetime) -> list[lifecycl
     """
     if _status(conn, run_id) == RunStatus.finished.value:
         raise InputError(f"run {run_id} has already finished; nothing to resume")
-    conn.execute(
-        update(runs)
-        .where(runs.c.id == run_id, runs.c.status == RunStatus.cancelled.value)
-        .values(status=RunStatus.running.value, stop_reason=None)
-    )
-    rows = conn.execute(
-        update(sessions)
-        .where(
-            sessions.c.run_id == run_id,
-            sessions.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
-        )
-        .values(dispatched_at=now)
-        .returning(sessions.c.id, sessions.c.status, sessions.c.next_turn, sessions.c.repair_round)
-    ).all()
-    dispatches = [
-        lifecycle.Dispatch(r.id, "verify", r.repair_round)
-        if r.status == SessionStatus.verifying
-        else lifecycle.Dispatch(r.id, "turn", r.next_turn)
-        for r in sorted(rows)
-    ]
+    dispatches = lifecycle.reopen_run(conn, run_id=run_id, now=now)
     return dispatches + lifecycle.take_outbox(conn, now=now, run_id=run_id)
 
 

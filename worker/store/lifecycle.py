@@ -6,36 +6,21 @@ transaction, so a turn's effects commit or vanish together.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import case, insert, select, update
 from sqlalchemy.engine import Connection
 
 from worker.states import TERMINAL, Outcome, RunStatus, SessionStatus, WaveStatus
 from worker.store.engine import notify_run
-from worker.store.tables import events, ladders, outbox, runs, sessions, usage, waves
+from worker.store.tables import ladders, outbox, runs, sessions, waves
 
 #: Session states in which a session still holds its wave open.
 ACTIVE = tuple(s.value for s in SessionStatus if s not in TERMINAL)
 #: Outbox kind that starts the next wave of a run.
 START_WAVE = "start_wave"
-
-
-class LogEntry(Protocol):
-    """An event as the log stores it (``worker.agent.events`` defines them)."""
-
-    @property
-    def kind(self) -> Enum:
-        """The event's kind; its value is stored."""
-        ...
-
-    def to_payload(self) -> dict[str, Any]:
-        """The event's JSON payload."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -356,120 +341,74 @@ def take_outbox(
     return dispatches
 
 
-def next_seq(conn: Connection, *, session_id: int, turn_no: int) -> int:
-    """The next free event sequence number within one turn."""
-    last = conn.execute(
-        select(func.max(events.c.seq)).where(
-            events.c.session_id == session_id, events.c.turn_no == turn_no
-        )
-    ).scalar()
-    return 0 if last is None else int(last) + 1
-
-
-def add_events(
-    conn: Connection,
-    *,
-    session_id: int,
-    turn_no: int,
-    items: Sequence[LogEntry],
-    now: datetime,
-) -> None:
-    """Append events to a turn, after any already there."""
-    if not items:
-        return
-    seq = next_seq(conn, session_id=session_id, turn_no=turn_no)
+def cancel_run(conn: Connection, *, run_id: int, reason: str) -> None:
+    """Mark a run cancelled: no new turn or wave starts (a second cancel keeps the reason)."""
+    already = runs.c.status == RunStatus.cancelled.value
     conn.execute(
-        insert(events),
-        [
-            {
-                "session_id": session_id,
-                "turn_no": turn_no,
-                "seq": seq + i,
-                "kind": item.kind.value,
-                "payload": item.to_payload(),
-                "created_at": now,
-            }
-            for i, item in enumerate(items)
-        ],
+        update(runs)
+        .where(runs.c.id == run_id)
+        .values(
+            status=RunStatus.cancelled.value,
+            stop_reason=case((already, runs.c.stop_reason), else_=reason),
+        )
     )
 
 
-@dataclass(frozen=True)
-class SessionView:
-    """A session as a turn needs it: its run's settings and its event log."""
-
-    id: int
-    run_id: int
-    index: int
-    persona: str
-    brief: dict[str, Any]
-    status: str
-    next_turn: int
-    repair_round: int
-    model: str
-    profile: str
-    run_config: dict[str, Any]
-    run_status: str
-    run_budget_usd: float | None
-    events: list[tuple[str, dict[str, Any]]]
+def cancel_ladder(conn: Connection, *, ladder_id: int) -> None:
+    """Mark a ladder cancelled: none of its pending runs will start."""
+    conn.execute(
+        update(ladders).where(ladders.c.id == ladder_id).values(status=RunStatus.cancelled.value)
+    )
 
 
-def load_session(conn: Connection, *, session_id: int) -> SessionView:
-    """Load a session, its run's settings and its events in log order."""
-    row = conn.execute(
-        select(
-            sessions.c.id,
-            sessions.c.run_id,
-            sessions.c.index.label("session_index"),
-            sessions.c.persona,
-            sessions.c.brief,
-            sessions.c.status,
-            sessions.c.next_turn,
-            sessions.c.repair_round,
-            runs.c.model,
-            runs.c.profile,
-            runs.c.config,
-            runs.c.status.label("run_status"),
-            runs.c.budget_usd,
+def reopen_run(conn: Connection, *, run_id: int, now: datetime) -> list[Dispatch]:
+    """Make a cancelled run run again, and dispatch every session of it that has not ended."""
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id, runs.c.status == RunStatus.cancelled.value)
+        .values(status=RunStatus.running.value, stop_reason=None)
+    )
+    rows = conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.run_id == run_id,
+            sessions.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
         )
-        .join(runs, runs.c.id == sessions.c.run_id)
-        .where(sessions.c.id == session_id)
-    ).one()
-    log = conn.execute(
-        select(events.c.kind, events.c.payload)
-        .where(events.c.session_id == session_id)
-        .order_by(events.c.turn_no, events.c.seq)
+        .values(dispatched_at=now)
+        .returning(sessions.c.id, sessions.c.status, sessions.c.next_turn, sessions.c.repair_round)
     ).all()
-    return SessionView(
-        id=row.id,
-        run_id=row.run_id,
-        index=row.session_index,
-        persona=row.persona,
-        brief=row.brief,
-        status=row.status,
-        next_turn=row.next_turn,
-        repair_round=row.repair_round,
-        model=row.model,
-        profile=row.profile,
-        run_config=row.config,
-        run_status=row.run_status,
-        run_budget_usd=row.budget_usd,
-        events=[(e.kind, e.payload) for e in log],
-    )
+    return [_dispatch_of(row) for row in sorted(rows)]
 
 
-def add_usage(
-    conn: Connection,
-    *,
-    session_id: int,
-    run_id: int,
-    turn_no: int,
-    values: dict[str, Any],
-    now: datetime,
-) -> None:
-    """Record the usage row of one committed turn."""
-    conn.execute(
-        insert(usage).values(
-            session_id=session_id, run_id=run_id, turn_no=turn_no, created_at=now, **values
+def claim_overdue(
+    conn: Connection, *, now: datetime, stale: datetime, stale_verify: datetime
+) -> list[Dispatch]:
+    """Claim the sessions whose next step should have run by now, to dispatch them again.
+
+    A running session is overdue when its lease is free and its last dispatch is older than
+    ``stale``; a verifying one when its last dispatch is older than ``stale_verify``.
+    Claiming by UPDATE ... RETURNING means two reconcilers never send the same row.
+    """
+    s = sessions
+    running = s.c.status == SessionStatus.running.value
+    verifying = s.c.status == SessionStatus.verifying.value
+    rows = conn.execute(
+        update(s)
+        .where(
+            (
+                running
+                & ((s.c.lease_expires_at.is_(None)) | (s.c.lease_expires_at < now))
+                & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale))
+            )
+            | (verifying & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale_verify)))
         )
-    )
+        .values(dispatched_at=now)
+        .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
+    ).all()
+    return [_dispatch_of(row) for row in sorted(rows)]
+
+
+def _dispatch_of(row: Any) -> Dispatch:
+    if row.status == SessionStatus.verifying.value:
+        return Dispatch(row.id, "verify", row.repair_round)
+    return Dispatch(row.id, "turn", row.next_turn)

@@ -1,0 +1,150 @@
+"""A session as the turn loop reads it, and what a turn appends: events and usage.
+
+Every function takes an open :class:`~sqlalchemy.engine.Connection` inside the caller's
+transaction. State transitions live in :mod:`worker.store.lifecycle`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, Protocol
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.engine import Connection
+
+from worker.store.tables import events, runs, sessions, usage
+
+
+class LogEntry(Protocol):
+    """An event as the log stores it (``worker.agent.events`` defines them)."""
+
+    @property
+    def kind(self) -> Enum:
+        """The event's kind; its value is stored."""
+        ...
+
+    def to_payload(self) -> dict[str, Any]:
+        """The event's JSON payload."""
+        ...
+
+
+def next_seq(conn: Connection, *, session_id: int, turn_no: int) -> int:
+    """The next free event sequence number within one turn."""
+    last = conn.execute(
+        select(func.max(events.c.seq)).where(
+            events.c.session_id == session_id, events.c.turn_no == turn_no
+        )
+    ).scalar()
+    return 0 if last is None else int(last) + 1
+
+
+def add_events(
+    conn: Connection,
+    *,
+    session_id: int,
+    turn_no: int,
+    items: Sequence[LogEntry],
+    now: datetime,
+) -> None:
+    """Append events to a turn, after any already there."""
+    if not items:
+        return
+    seq = next_seq(conn, session_id=session_id, turn_no=turn_no)
+    conn.execute(
+        insert(events),
+        [
+            {
+                "session_id": session_id,
+                "turn_no": turn_no,
+                "seq": seq + i,
+                "kind": item.kind.value,
+                "payload": item.to_payload(),
+                "created_at": now,
+            }
+            for i, item in enumerate(items)
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """A session as a turn needs it: its run's settings and its event log."""
+
+    id: int
+    run_id: int
+    index: int
+    persona: str
+    brief: dict[str, Any]
+    status: str
+    next_turn: int
+    repair_round: int
+    model: str
+    profile: str
+    run_config: dict[str, Any]
+    run_status: str
+    run_budget_usd: float | None
+    events: list[tuple[str, dict[str, Any]]]
+
+
+def load_session(conn: Connection, *, session_id: int) -> SessionView:
+    """Load a session, its run's settings and its events in log order."""
+    row = conn.execute(
+        select(
+            sessions.c.id,
+            sessions.c.run_id,
+            sessions.c.index.label("session_index"),
+            sessions.c.persona,
+            sessions.c.brief,
+            sessions.c.status,
+            sessions.c.next_turn,
+            sessions.c.repair_round,
+            runs.c.model,
+            runs.c.profile,
+            runs.c.config,
+            runs.c.status.label("run_status"),
+            runs.c.budget_usd,
+        )
+        .join(runs, runs.c.id == sessions.c.run_id)
+        .where(sessions.c.id == session_id)
+    ).one()
+    log = conn.execute(
+        select(events.c.kind, events.c.payload)
+        .where(events.c.session_id == session_id)
+        .order_by(events.c.turn_no, events.c.seq)
+    ).all()
+    return SessionView(
+        id=row.id,
+        run_id=row.run_id,
+        index=row.session_index,
+        persona=row.persona,
+        brief=row.brief,
+        status=row.status,
+        next_turn=row.next_turn,
+        repair_round=row.repair_round,
+        model=row.model,
+        profile=row.profile,
+        run_config=row.config,
+        run_status=row.run_status,
+        run_budget_usd=row.budget_usd,
+        events=[(e.kind, e.payload) for e in log],
+    )
+
+
+def add_usage(
+    conn: Connection,
+    *,
+    session_id: int,
+    run_id: int,
+    turn_no: int,
+    values: dict[str, Any],
+    now: datetime,
+) -> None:
+    """Record the usage row of one committed turn."""
+    conn.execute(
+        insert(usage).values(
+            session_id=session_id, run_id=run_id, turn_no=turn_no, created_at=now, **values
+        )
+    )
