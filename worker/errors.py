@@ -16,6 +16,7 @@
     │   └── BrowserUnavailable the verifier's browser failed to launch or died
     │       └── RendererStarved the machine, not the page, kept the frame rate too low
     ├── ModelFatal             the provider refused the request for good
+    │   └── CacheNotFound      the explicit cache a request named has expired or is gone
     ├── ToolError              shown to the model as a tool result, never raised past a tool
     └── SessionStopped         the session ends now, with a typed ``Outcome``
         ├── LimitExceeded      a limit tripped: turns, tokens, cost or the run's budget
@@ -115,6 +116,13 @@ class RendererStarved(BrowserUnavailable):
 
 class ModelFatal(SwarmError):
     """The provider rejected the request and retrying would not help."""
+
+
+class CacheNotFound(ModelFatal):
+    """The explicit cache a request named has expired or was evicted (HTTP 403 or 404).
+
+    Fatal for that request as sent; the provider recreates the cache and sends it again.
+    """
 
 
 class ToolError(SwarmError):

@@ -17,22 +17,28 @@ FAULT_HEADER = "x-fake-fault"
 class Fault(str, Enum):
     """What goes wrong with a request."""
 
-    #: 429 RESOURCE_EXHAUSTED, per-minute quota, with RetryInfo
+    #: 429 RESOURCE_EXHAUSTED, per-minute quota: QuotaFailure, Help, RetryInfo
     rate_minute = "429"
-    #: 429 RESOURCE_EXHAUSTED, per-day quota, with RetryInfo
+    #: 429 RESOURCE_EXHAUSTED, per-day and per-minute quotas at once, with RetryInfo
     rate_day = "429-day"
+    #: 429 RESOURCE_EXHAUSTED naming no quota: only a ``google.rpc.Help`` detail
+    rate_help = "429-help"
+    #: 429 RESOURCE_EXHAUSTED with only a message ("Resource has been exhausted")
+    exhausted = "429-bare"
     #: 500 INTERNAL
     internal = "500"
     #: 503 UNAVAILABLE ("the model is overloaded")
     unavailable = "503"
-    #: 503 RESOURCE_EXHAUSTED (capacity, a rate limit in all but code)
-    exhausted = "503-exhausted"
     #: no answer until long past any sane client timeout
     hang = "hang"
     #: a 200 whose body stops half way
     truncate = "truncate"
     #: finish reason MALFORMED_FUNCTION_CALL, no content
     malformed = "malformed"
+
+
+#: The faults answered with a 429.
+RATE_LIMITS = frozenset({Fault.rate_minute, Fault.rate_day, Fault.rate_help, Fault.exhausted})
 
 
 @dataclass
@@ -102,27 +108,71 @@ class FaultPlan:
         return None
 
 
+#: The ``google.rpc.Help`` detail every quota 429 of the API carries.
+HELP = {
+    "@type": "type.googleapis.com/google.rpc.Help",
+    "links": [
+        {
+            "description": "Learn more about Gemini API quotas",
+            "url": "https://ai.google.dev/gemini-api/docs/rate-limits",
+        }
+    ],
+}
+_QUOTA_MESSAGE = (
+    "You exceeded your current quota, please check your plan and billing details. For more "
+    "information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits. "
+    "To monitor your current usage, head to: https://ai.dev/rate-limit. "
+)
+
+
+def _violation(metric: str, quota_id: str, model: str, value: str) -> dict[str, Any]:
+    return {
+        "quotaMetric": f"generativelanguage.googleapis.com/{metric}",
+        "quotaId": quota_id,
+        "quotaDimensions": {"location": "global", "model": model},
+        "quotaValue": value,
+    }
+
+
 def rate_limit_body(rule: FaultRule, model: str) -> dict[str, Any]:
-    """The 429 the API sends when a quota runs out."""
-    per = "Day" if rule.fault is Fault.rate_day else "Minute"
+    """The 429 the API sends when a quota runs out, in the form ``rule`` asks for."""
+    if rule.fault is Fault.exhausted:
+        return error_body(
+            429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota)."
+        )
+    if rule.fault is Fault.rate_help:
+        return error_body(429, "RESOURCE_EXHAUSTED", _QUOTA_MESSAGE.rstrip(), [HELP])
+    violations = [
+        _violation(
+            "generate_content_free_tier_requests",
+            "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+            model,
+            "10",
+        )
+    ]
+    if rule.fault is Fault.rate_day:
+        violations.insert(
+            0,
+            _violation(
+                "generate_content_free_tier_requests",
+                "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+                model,
+                "250",
+            ),
+        )
+    metric = violations[0]["quotaMetric"]
+    limit = violations[0]["quotaValue"]
+    message = (
+        f"{_QUOTA_MESSAGE}\n* Quota exceeded for metric: {metric}, limit: {limit}, "
+        f"model: {model}\nPlease retry in {rule.retry_delay_s + 0.429760048:.9f}s."
+    )
     return error_body(
         429,
         "RESOURCE_EXHAUSTED",
-        f"You exceeded your current quota (requests per {per.lower()}).",
+        message,
         [
-            {
-                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
-                "violations": [
-                    {
-                        "quotaMetric": (
-                            "generativelanguage.googleapis.com/generate_content_requests"
-                        ),
-                        "quotaId": f"GenerateRequestsPer{per}PerProjectPerModel",
-                        "quotaDimensions": {"location": "global", "model": model},
-                        "quotaValue": "1000",
-                    }
-                ],
-            },
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": violations},
+            HELP,
             {
                 "@type": "type.googleapis.com/google.rpc.RetryInfo",
                 "retryDelay": f"{rule.retry_delay_s:g}s",
@@ -134,7 +184,10 @@ def rate_limit_body(rule: FaultRule, model: str) -> dict[str, Any]:
 def server_error_body(fault: Fault) -> tuple[int, dict[str, Any]]:
     """Status and body of a 5xx fault."""
     if fault is Fault.internal:
-        return 500, error_body(500, "INTERNAL", "An internal error has occurred.")
-    if fault is Fault.exhausted:
-        return 503, error_body(503, "RESOURCE_EXHAUSTED", "The service is out of capacity.")
-    return 503, error_body(503, "UNAVAILABLE", "The model is overloaded. Please try later.")
+        return 500, error_body(
+            500,
+            "INTERNAL",
+            "An internal error has occurred. Please retry or report in "
+            "https://developers.generativeai.google/guide/troubleshooting",
+        )
+    return 503, error_body(503, "UNAVAILABLE", "The model is overloaded. Please try again later.")

@@ -23,9 +23,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ops.fake_gemini import wire
-from ops.fake_gemini.caches import PREFIX_FIELDS, CacheStore, body_field
+from ops.fake_gemini.caches import NOT_FOUND, PREFIX_FIELDS, CacheStore, body_field
 from ops.fake_gemini.faults import (
     FAULT_HEADER,
+    RATE_LIMITS,
     Fault,
     FaultPlan,
     FaultRule,
@@ -151,11 +152,9 @@ class FakeGemini:
         cache_name = body_field(body, "cachedContent") if isinstance(body, dict) else None
         cache = self.caches.get(cache_name) if cache_name else None
         if cache_name and cache is None:
-            return (
-                404,
-                wire.error_body(404, "NOT_FOUND", f"CachedContent not found: {cache_name}"),
-                None,
-            )
+            # Expired, deleted or never made: the API answers 403 for all three, never 404.
+            self._record(model, body, 403, None, api_key, cache_name)
+            return 403, wire.error_body(403, "PERMISSION_DENIED", NOT_FOUND), None
         try:
             if cache is not None:
                 if any(body_field(body, f) is not None for f in PREFIX_FIELDS):
@@ -189,6 +188,36 @@ class FakeGemini:
             )
         return status, out, rule.fault if rule else None
 
+    def _record(
+        self, model: str, body: Any, status: int, fault: str | None, api_key: str, cache: str
+    ) -> None:
+        """Record a request refused before it was parsed in full."""
+        contents = body.get("contents") if isinstance(body, dict) else None
+        contents = contents if isinstance(contents, list) else []
+        brief = next(
+            (
+                str(p.get("text"))
+                for c in contents
+                if isinstance(c, dict) and c.get("role") == "user"
+                for p in c.get("parts") or ()
+                if isinstance(p, dict) and p.get("text")
+            ),
+            "",
+        )
+        turn = sum(1 for c in contents if isinstance(c, dict) and c.get("role") == "model")
+        served = Served(
+            time.monotonic(),
+            model,
+            hashlib.sha256(brief.encode()).hexdigest()[:12],
+            turn,
+            status,
+            fault,
+            hashlib.sha256(api_key.encode()).hexdigest(),
+            cache,
+        )
+        with self._lock:
+            self._served.append(served)
+
     def _respond(
         self,
         parsed: wire.Parsed,
@@ -201,14 +230,18 @@ class FakeGemini:
         model = parsed.request.model
         if missing:
             return 400, wire.error_body(400, "INVALID_ARGUMENT", missing)
-        if rule is not None and rule.fault in (Fault.rate_minute, Fault.rate_day):
+        if rule is not None and rule.fault in RATE_LIMITS:
             return 429, rate_limit_body(rule, model)
-        if rule is not None and rule.fault in (Fault.internal, Fault.unavailable, Fault.exhausted):
+        if rule is not None and rule.fault in (Fault.internal, Fault.unavailable):
             return server_error_body(rule.fault)
         usage_in = self._prompt_usage(parsed, cached_tokens)
         if rule is not None and rule.fault is Fault.malformed:
             return 200, wire.response_body(
-                None, finish_reason="MALFORMED_FUNCTION_CALL", usage=usage_in, model=model
+                None,
+                finish_reason="MALFORMED_FUNCTION_CALL",
+                usage=usage_in,
+                model=model,
+                finish_message="Malformed function call: print(default_api.manage_artifact(",
             )
         index = int(key[:8], 16)
         sim = SimModel(
@@ -221,7 +254,7 @@ class FakeGemini:
             flaw=flaw_for(self.sim.flaw_rate, self.sim.seed, index),
         )
         answer = sim.generate(parsed.request)
-        content = self._sign(answer.content, key, turn)
+        content = self._sign(answer.content, key, turn, ids=not model.startswith("gemini-2"))
         usage = TokenUsage(
             prompt_tokens=usage_in.prompt_tokens,
             cached_tokens=usage_in.cached_tokens,
@@ -231,13 +264,30 @@ class FakeGemini:
         return 200, wire.response_body(content, finish_reason="STOP", usage=usage, model=model)
 
     def _signature(self, key: str, turn: int) -> bytes:
-        return hmac.new(self._secret, f"{key}:{turn}".encode(), hashlib.sha256).digest()
+        """An opaque signature of 96 to 320 bytes, as long as the API's own ones run."""
+        seed = hmac.new(self._secret, f"{key}:{turn}".encode(), hashlib.sha256).digest()
+        size = 96 + seed[0] % 225
+        blocks = (
+            hmac.new(self._secret, seed + bytes([i]), hashlib.sha256).digest()
+            for i in range(size // 32 + 1)
+        )
+        return (seed + b"".join(blocks))[:size]
 
-    def _sign(self, content: dict[str, Any], key: str, turn: int) -> dict[str, Any]:
+    def _sign(
+        self, content: dict[str, Any], key: str, turn: int, *, ids: bool = True
+    ) -> dict[str, Any]:
+        """The API's signatures on a content: on its first function call, else on its last
+        text part; function call ids only from models that send them (Gemini 3)."""
         parts = [dict(p) for p in content["parts"]]
         for part in parts:
             part.pop("thought_signature", None)
+            if not ids and "function_call" in part:
+                part["function_call"] = {
+                    k: v for k, v in part["function_call"].items() if k != "id"
+                }
         first = next((p for p in parts if "function_call" in p), None)
+        if first is None:
+            first = next((p for p in reversed(parts) if "text" in p), None)
         if first is not None:
             first["thought_signature"] = self._signature(key, turn)
         return {"role": "model", "parts": parts}
@@ -260,7 +310,8 @@ class FakeGemini:
     def _prompt_usage(self, parsed: wire.Parsed, explicit_tokens: int = 0) -> TokenUsage:
         hashes = wire.prefix_hashes(parsed)
         with self._lock:
-            cached = max((size for digest, size in hashes if digest in self._seen), default=0)
+            # An implicit hit covers a prefix the API saw before, never the newest content.
+            cached = max((size for digest, size in hashes[:-1] if digest in self._seen), default=0)
             for digest, _ in hashes:
                 self._seen[digest] = None
                 self._seen.move_to_end(digest)
@@ -328,12 +379,7 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
                 if fake.caches.delete(match.group(2)):
                     self._json(200, {})
                 else:
-                    self._json(
-                        404,
-                        wire.error_body(
-                            404, "NOT_FOUND", f"CachedContent not found: {match.group(2)}"
-                        ),
-                    )
+                    self._json(403, wire.error_body(403, "PERMISSION_DENIED", NOT_FOUND))
 
         def _api_key(self) -> str:
             """The request's API key; answers 403 and returns '' when there is none."""

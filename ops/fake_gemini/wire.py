@@ -7,8 +7,10 @@ base64 alphabet; responses are dumped with the API's camelCase aliases.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,25 +141,59 @@ def prefix_hashes(parsed: Parsed) -> list[tuple[str, int]]:
 
 
 def response_body(
-    content: Content | None, *, finish_reason: str, usage: TokenUsage, model: str
+    content: Content | None,
+    *,
+    finish_reason: str,
+    usage: TokenUsage,
+    model: str,
+    finish_message: str | None = None,
 ) -> dict[str, Any]:
-    """A ``GenerateContentResponse`` in the API's JSON shape."""
+    """A ``GenerateContentResponse`` in the API's JSON shape.
+
+    As the API does, a candidate without content has no ``content`` key, counts absent
+    from ``usageMetadata`` are left out, and prompt and cache counts come per modality.
+    """
     candidate = types.Candidate(
         content=types.Content.model_validate(content) if content is not None else None,
         finish_reason=types.FinishReason(finish_reason),
+        finish_message=finish_message,
         index=0,
     )
     meta = types.GenerateContentResponseUsageMetadata(
         prompt_token_count=usage.prompt_tokens,
         cached_content_token_count=usage.cached_tokens or None,
-        candidates_token_count=usage.output_tokens,
+        candidates_token_count=usage.output_tokens or None,
         thoughts_token_count=usage.thoughts_tokens or None,
+        tool_use_prompt_token_count=usage.tool_use_tokens or None,
         total_token_count=usage.total,
+        prompt_tokens_details=[
+            types.ModalityTokenCount(
+                modality=types.MediaModality.TEXT, token_count=usage.prompt_tokens
+            )
+        ],
+        cache_tokens_details=[
+            types.ModalityTokenCount(
+                modality=types.MediaModality.TEXT, token_count=usage.cached_tokens
+            )
+        ]
+        if usage.cached_tokens
+        else None,
     )
     response = types.GenerateContentResponse(
-        candidates=[candidate], usage_metadata=meta, model_version=model
+        candidates=[candidate],
+        usage_metadata=meta,
+        model_version=model,
+        response_id=secrets.token_urlsafe(17)[:23],
     )
-    return response.model_dump(mode="json", by_alias=True, exclude_none=True)
+    body = response.model_dump(mode="json", by_alias=True, exclude_none=True)
+    # The SDK writes bytes in the URL-safe alphabet; the API sends signatures in the standard
+    # one, padded.
+    for candidate in body["candidates"]:
+        for part in candidate.get("content", {}).get("parts", ()):
+            if "thoughtSignature" in part:
+                raw = base64.urlsafe_b64decode(part["thoughtSignature"] + "==")
+                part["thoughtSignature"] = base64.b64encode(raw).decode()
+    return body
 
 
 def error_body(

@@ -103,6 +103,13 @@ def status_view(
         f"thoughts {t.thoughts:,})",
     )
     summary.add_row("turns / cost", f"{f.turns} turns, ${f.cost_usd:.4f}")
+    if f.cache_token_hours:
+        summary.add_row(
+            "cache storage",
+            f"${f.cache_storage_usd:.4f} ({f.cache_token_hours:,.0f} token-hours); "
+            f"total ${f.total_usd:.4f}",
+        )
+    summary.add_row("model retries", str(f.retries))
     if f.elapsed_s is not None:
         summary.add_row("elapsed", f"{f.elapsed_s:.1f} s")
     if f.stop_reason:

@@ -11,7 +11,7 @@ import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from sqlalchemy import func, select
@@ -27,6 +27,7 @@ from worker.store.queries import per_session
 from worker.store.tables import (
     artifact_versions,
     artifacts,
+    caches,
     events,
     runs,
     sessions,
@@ -160,6 +161,15 @@ class RunFigures:
     nudges: Nudges
     memory: Memory
     waves: list[WaveFigures]
+    cache_storage_usd: float = 0.0
+    """Storage of the run's explicit caches, billed per token-hour; not in ``cost_usd``."""
+    cache_token_hours: float = 0.0
+    """Tokens times hours the run's explicit caches were kept."""
+
+    @property
+    def total_usd(self) -> float:
+        """Every dollar the run is billed: model calls and explicit cache storage."""
+        return self.cost_usd + self.cache_storage_usd
 
 
 def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigures:
@@ -183,6 +193,7 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
     turns = [s.turns for s in per if s.turns > 0]
     verified = sum(1 for s in per if s.bucket is CostBucket.verified)
     tokens, cost = _usage(conn, run_id)
+    storage_usd, token_hours = _cache_storage(conn, run_id, prices=prices, now=datetime.now(UTC))
     waves_spec = str(run.config.get("waves"))
     start, end = run.started_at, run.finished_at
     return RunFigures(
@@ -215,6 +226,8 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
         nudges=Nudges(*_counts(conn, run_id, "nudge", "reason")),
         memory=memory_figures(conn, run_id, concurrent=size),
         waves=waves,
+        cache_storage_usd=storage_usd,
+        cache_token_hours=token_hours,
     )
 
 
@@ -283,6 +296,33 @@ def _counts(conn: Connection, run_id: int, kind: str, key: str) -> tuple[int, di
     for k, n in rows:
         by_key[str(k or "unknown")] += int(n)
     return by_key.total(), dict(sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _cache_storage(
+    conn: Connection, run_id: int, *, prices: PriceTable, now: datetime
+) -> tuple[float, float]:
+    """Dollars and token-hours of the run's explicit caches, from creation to deletion.
+
+    A cache is billed until it was deleted or expired, whichever came first; one still
+    alive is billed up to ``now``.
+    """
+    rows = conn.execute(
+        select(
+            caches.c.model,
+            caches.c.tokens,
+            caches.c.created_at,
+            caches.c.expires_at,
+            caches.c.deleted_at,
+        ).where(caches.c.run_id == run_id)
+    ).all()
+    dollars, token_hours = [], []
+    for model, tokens, created_at, expires_at, deleted_at in rows:
+        ends = [t for t in (deleted_at, expires_at) if t is not None]
+        end = min(ends) if ends else now
+        hours = max((min(end, now) - created_at).total_seconds(), 0.0) / 3600
+        dollars.append(prices.storage_usd(model, tokens=int(tokens), hours=hours))
+        token_hours.append(int(tokens) * hours)
+    return math.fsum(dollars), math.fsum(token_hours)
 
 
 def _usage(conn: Connection, run_id: int) -> tuple[Tokens, float]:

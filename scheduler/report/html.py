@@ -7,6 +7,7 @@ autoescaping on; only the SVG that matplotlib wrote is marked safe.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -107,6 +108,11 @@ def kpis(runs: Sequence[RunFigures]) -> list[tuple[str, str, str]]:
         rss_note = "no idle samples" if added is None else f"{mib(added)} per session"
     return [
         ("cost", usd(cost), one.structure if one else f"{len(runs)} runs"),
+        (
+            "cache storage",
+            usd(math.fsum(r.cache_storage_usd for r in runs)),
+            f"{math.fsum(r.cache_token_hours for r in runs):,.0f} token-hours of explicit cache",
+        ),
         ("verified", f"{verified}/{total}", pct(verified / total) if total else ""),
         ("$ per verified", usd(cost / verified) if verified else "-", "artifact"),
         (

@@ -73,6 +73,7 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
             {
                 "run": lambda r: str(r.run_id),
                 "cost": lambda r: usd(r.cost_usd),
+                "cache storage": lambda r: usd(r.cache_storage_usd),
                 "verified": lambda r: f"{r.verified}/{r.sessions.total}",
                 "$/verified": lambda r: usd(r.cost_per_verified_usd),
                 "turns": lambda r: str(r.turns),

@@ -14,19 +14,23 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from rich.console import Console
 from sqlalchemy import Engine, func, insert, select, update
 
 from scheduler.cli import cli
 from scheduler.cli.follow import until_finished
+from scheduler.cli.views import status_view
+from scheduler.report.figures import run_figures
 from scheduler.report.ladder_figures import Target
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue, make_run
 from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
 from verifier.png import png_is_blank
 from worker.errors import InputError
+from worker.models.pricing import PriceTable
 from worker.settings import Settings
 from worker.store.engine import utcnow
-from worker.store.tables import events, ladders, runs, samples, sessions, usage
+from worker.store.tables import caches, events, ladders, runs, samples, sessions, usage
 
 #: Seconds a whole run in these tests may take.
 RUN_TIMEOUT_S = 180
@@ -482,3 +486,73 @@ def test_html_report_is_self_contained(
     html = path.read_text()
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html)
     assert "@import" not in html and not re.search(r"url\((?!#)", html)
+
+
+@pytest.mark.services
+def test_explicit_cache_storage_is_priced_per_token_hour_and_shown(
+    settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run on gemini-2.5-pro whose explicit cache of 40,000 tokens lived two hours
+    # before it was deleted (its TTL would have kept it three), and a model retry
+    run_id, ids = make_run(engine, model="gemini-2.5-pro", cache="explicit")
+    created = utcnow() - timedelta(hours=5)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(caches).values(
+                run_id=run_id,
+                model="gemini-2.5-pro",
+                name="cachedContents/abc",
+                tokens=40_000,
+                created_at=created,
+                expires_at=created + timedelta(hours=3),
+                deleted_at=created + timedelta(hours=2),
+            )
+        )
+        conn.execute(update(sessions).where(sessions.c.id == ids[0]).values(model_retries=1))
+        conn.execute(insert(usage), [usage_row(ids[0], run_id, 0, 0.25)])
+    # When its figures are asked for
+    figures = report_json(settings, str(run_id))
+    # Then the storage is 40,000 tokens x 2 h at $4.50 per million per hour, apart from calls
+    assert figures["cache_token_hours"] == pytest.approx(80_000)
+    assert figures["cache_storage_usd"] == pytest.approx(0.36)
+    assert figures["cost_usd"] == pytest.approx(0.25)
+    # and both status and report show it on its own line, status with the model retries
+    with engine.connect() as conn:
+        run = run_figures(conn, run_id, prices=PriceTable.load())
+    assert run.total_usd == pytest.approx(0.61)
+    console = Console(record=True, width=200)
+    console.print(status_view(run))
+    shown = console.export_text()
+    assert "cache storage  $0.3600 (80,000 token-hours); total $0.6100" in shown
+    assert "model retries  1" in shown
+    monkeypatch.setenv("COLUMNS", "240")
+    assert "cache storage" in report(settings, str(run_id)).output
+
+
+@pytest.mark.services
+def test_a_cache_still_alive_is_billed_up_to_now_and_never_past_its_expiry(
+    settings: Settings, engine: Engine
+) -> None:
+    # Given one run whose cache is alive after 30 minutes, and one whose cache expired
+    # unnoticed an hour after it was made
+    alive, _ = make_run(engine, model="gemini-3-flash-preview", cache="explicit")
+    expired, _ = make_run(engine, model="gemini-3-flash-preview", cache="explicit")
+    now = utcnow()
+    with engine.begin() as conn:
+        for run_id, created in (
+            (alive, now - timedelta(minutes=30)),
+            (expired, now - timedelta(hours=4)),
+        ):
+            conn.execute(
+                insert(caches).values(
+                    run_id=run_id,
+                    model="gemini-3-flash-preview",
+                    name=f"cachedContents/{run_id}",
+                    tokens=10_000,
+                    created_at=created,
+                    expires_at=created + timedelta(hours=1),
+                )
+            )
+    # Then each is billed at $1.00 per million tokens per hour for the time it was kept
+    assert report_json(settings, str(alive))["cache_storage_usd"] == pytest.approx(0.005, rel=0.01)
+    assert report_json(settings, str(expired))["cache_storage_usd"] == pytest.approx(0.01)

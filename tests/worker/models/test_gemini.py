@@ -22,6 +22,7 @@ from worker.models.gemini.client import (
     make_client,
     thinking_for,
 )
+from worker.models.gemini.failures import retry_delay_s
 from worker.models.limiter.base import LimitConfig, LocalLimiter
 from worker.states import Outcome
 
@@ -29,9 +30,15 @@ MODEL = "gemini-3-flash-preview"
 CANARY = "canary-key-3f9c1e"
 
 
+#: The fleet's cool-down after a 429 naming no quota, short enough for a test to wait out.
+COOLDOWN_S = 0.3
+
+
 def _model(fake: FakeGemini, *, timeout_s: float = 2.0) -> GeminiModel:
     client = make_client(api_key=CANARY, base_url=fake.url, timeout_s=timeout_s)
-    return GeminiModel(client=client, limiter=LocalLimiter(LimitConfig()), wait_s=3.0)
+    return GeminiModel(
+        client=client, limiter=LocalLimiter(LimitConfig()), wait_s=3.0, cooldown_s=COOLDOWN_S
+    )
 
 
 def _request(history: list[dict[str, Any]] | None = None, model: str = MODEL) -> ModelRequest:
@@ -106,7 +113,8 @@ def test_a_lost_signature_is_a_fatal_error(fake_gemini: Callable[..., FakeGemini
     ("fault", "error", "delay_s"),
     [
         (Fault.rate_minute, RateLimited, 2.0),
-        (Fault.exhausted, RateLimited, None),
+        (Fault.rate_help, RateLimited, COOLDOWN_S),
+        (Fault.exhausted, RateLimited, COOLDOWN_S),
         (Fault.internal, ModelUnavailable, None),
         (Fault.unavailable, ModelUnavailable, None),
         (Fault.truncate, ModelUnavailable, None),
@@ -150,12 +158,49 @@ def test_a_daily_quota_pauses_the_model(fake_gemini: Callable[..., FakeGemini]) 
         model.generate(_request())
     assert raised.value.outcome is Outcome.quota
     # When another turn asks for the model
-    with pytest.raises(ModelPaused, match="per day"):
+    with pytest.raises(ModelPaused, match="paused until"):
         model.generate(_request())
     # Then the limiter refused it: no second request reached the API
     assert len(fake.served) == 1
     paused = model.limiter.state(MODEL).paused
     assert paused is not None and paused.until.timestamp() > time.time() + 60
+
+
+def test_a_429_naming_no_quota_cools_the_fleet_down_then_pauses_it(
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
+    # Given the API answers 429 with only a Help detail, the form a spent daily quota takes
+    fake = fake_gemini(faults=[FaultRule(Fault.rate_help, times=None)])
+    model = _model(fake)
+    # When a turn asks for the model
+    with pytest.raises(RateLimited) as raised:
+        model.generate(_request())
+    # Then it is a rate limit of unknown quota, and the whole fleet cools down
+    assert (raised.value.quota, raised.value.delay_s) == ("unknown", COOLDOWN_S)
+    assert model.limiter.state(MODEL).cooldown_until is not None
+    assert model.limiter.state(MODEL).paused is None
+    # When it repeats after each cool-down
+    with pytest.raises(RateLimited):
+        model.generate(_request())
+    with pytest.raises(ModelPaused) as paused:
+        model.generate(_request())
+    # Then the third one pauses the model fleet-wide, and the session stops for the quota
+    assert paused.value.outcome is Outcome.quota
+    state = model.limiter.state(MODEL).paused
+    assert state is not None and state.until.timestamp() > time.time() + 60
+    with pytest.raises(ModelPaused):
+        model.generate(_request())
+    assert [s.status for s in fake.served] == [429, 429, 429]
+
+
+@pytest.mark.parametrize(
+    ("message", "delay_s"),
+    [("Please retry in 45.2s.", 45.2), ("Please retry in 817.5ms.", 0.8175), ("slow down", None)],
+)
+def test_a_retry_delay_is_read_from_the_message_when_no_retry_info_says(
+    message: str, delay_s: float | None
+) -> None:
+    assert retry_delay_s([], message) == delay_s
 
 
 def test_a_malformed_call_is_asked_for_once_more(fake_gemini: Callable[..., FakeGemini]) -> None:

@@ -133,7 +133,7 @@ def test_a_daily_quota_stops_the_fleet_without_retries(
             .scalars()
             .all()
         )
-    assert all("per day" in r for r in reasons)
+    assert reasons and all("PerDay" in r for r in reasons)
 
 
 def test_server_faults_end_every_session_in_a_recorded_state(
@@ -251,3 +251,25 @@ def test_an_explicit_cache_serves_the_run_and_goes_with_it(
             is not None
         )
     assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
+
+
+def test_429s_naming_no_quota_cool_the_fleet_then_stop_it_for_the_quota(
+    settings: Settings,
+    engine: Engine,
+    start_worker: Callable[..., WorkerProcess],
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
+    # Given the API lets two requests through, then answers every one with a 429 that
+    # names no quota (only a google.rpc.Help detail), as a spent daily quota does
+    fake = fake_gemini(faults=[FaultRule(Fault.rate_help, times=None, after=2)])
+    _worker(start_worker, fake)
+    # When a one-wave run of two sessions goes through it
+    run_id = enqueue(settings, "--wave", "1x2", model=MODEL, seed=11)
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    # Then both sessions ended stopped for the quota, not in error
+    assert status.finished_at is not None
+    assert _outcomes(engine, run_id) == [("stopped", "quota"), ("stopped", "quota")]
+    # and the fleet waited out a cool-down between the first 429 and the ones after it
+    limited = [s for s in fake.served if s.status == 429]
+    assert 3 <= len(limited) <= 4
+    assert limited[-1].at - limited[0].at >= 25.0

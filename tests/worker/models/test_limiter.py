@@ -382,3 +382,25 @@ def test_config_refuses_impossible_limits() -> None:
         LimitConfig(max_concurrency=2, min_concurrency=3)
     with pytest.raises(ConfigError):
         LimitConfig(tokens_per_minute=0)
+
+
+@pytest.mark.services
+def test_strikes_are_counted_fleet_wide_over_a_sliding_window(
+    make_redis_limiter: MakeLimiter,
+) -> None:
+    # Given two workers on one limit in Redis
+    one, two = make_redis_limiter(), make_redis_limiter()
+    # When both count unexplained refusals of the model within the window
+    assert one.strike(MODEL, window_s=0.5) == 1
+    assert two.strike(MODEL, window_s=0.5) == 2
+    assert one.strike("another-model", window_s=0.5) == 1
+    # Then, once the window has passed, counting starts again
+    time.sleep(0.6)
+    assert two.strike(MODEL, window_s=0.5) == 1
+
+
+def test_strikes_are_counted_in_process_without_redis() -> None:
+    limiter = LocalLimiter(LimitConfig())
+    assert [limiter.strike(MODEL, window_s=0.3) for _ in range(3)] == [1, 2, 3]
+    time.sleep(0.35)
+    assert limiter.strike(MODEL, window_s=0.3) == 1

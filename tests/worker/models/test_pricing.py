@@ -81,3 +81,66 @@ def test_an_unknown_model_is_refused_at_enqueue_not_billed_at_zero() -> None:
     )
     assert result.exit_code != 0
     assert "no price for model 'gemini-9-ultra'" in str(result.exception) + result.output
+
+
+def test_a_prompt_above_200k_tokens_is_billed_at_the_long_prompt_rates() -> None:
+    # Given a 323k-token prompt, 300k of it served from the cache, on gemini-3-pro-preview
+    usage = TokenUsage(
+        prompt_tokens=323_000, cached_tokens=300_000, output_tokens=2_000, thoughts_tokens=1_000
+    )
+    # Then every kind of token is billed at the rates above 200k: $4.00 input, $0.40
+    # cached input, $18.00 output per million (against $2.00, $0.20, $12.00 below)
+    expected = 0.023 * 4.00 + 0.300 * 0.40 + 0.003 * 18.00
+    table = PriceTable.load()
+    assert table.cost_usd("gemini-3-pro-preview", usage) == pytest.approx(expected)
+    # and 2.5 Pro likewise ($2.50, $0.25, $15.00)
+    expected = 0.023 * 2.50 + 0.300 * 0.25 + 0.003 * 15.00
+    assert table.cost_usd("gemini-2.5-pro", usage) == pytest.approx(expected)
+
+
+def test_the_long_prompt_tier_starts_above_200k_and_only_where_a_model_has_one() -> None:
+    table = PriceTable.load()
+    at = TokenUsage(prompt_tokens=200_000, output_tokens=1_000)
+    above = TokenUsage(prompt_tokens=200_001, output_tokens=1_000)
+    assert table.cost_usd("gemini-3-pro-preview", at) == pytest.approx(0.2 * 2.00 + 0.001 * 12.00)
+    assert table.cost_usd("gemini-3-pro-preview", above) == pytest.approx(
+        0.200001 * 4.00 + 0.001 * 18.00
+    )
+    # Flash has one rate at every length
+    assert table.cost_usd("gemini-3-flash-preview", above) == pytest.approx(
+        0.200001 * 0.50 + 0.001 * 3.00
+    )
+
+
+def test_a_price_file_may_give_long_prompt_and_storage_rates(tmp_path: Path) -> None:
+    path = tmp_path / "prices.json"
+    path.write_text(
+        json.dumps(
+            {
+                "gemini-4-pro": {
+                    "input_per_m": 1.0,
+                    "output_per_m": 2.0,
+                    "cached_input_per_m": 0.1,
+                    "as_of": "2026-11-01",
+                    "long_input_per_m": 3.0,
+                    "long_output_per_m": 4.0,
+                    "long_cached_input_per_m": 0.3,
+                    "cache_storage_per_m_hour": 5.0,
+                }
+            }
+        )
+    )
+    table = PriceTable.load(path)
+    usage = TokenUsage(prompt_tokens=1_000_000, cached_tokens=500_000, output_tokens=100_000)
+    assert table.cost_usd("gemini-4-pro", usage) == pytest.approx(0.5 * 3.0 + 0.5 * 0.3 + 0.1 * 4)
+    assert table.storage_usd("gemini-4-pro", tokens=200_000, hours=1.5) == pytest.approx(1.5)
+
+
+def test_explicit_cache_storage_is_priced_per_token_hour() -> None:
+    table = PriceTable.load()
+    # $4.50 per million tokens per hour on the Pro models, $1.00 on Flash
+    assert table.storage_usd("gemini-2.5-pro", tokens=40_000, hours=3) == pytest.approx(0.54)
+    assert table.storage_usd("gemini-3-flash-preview", tokens=40_000, hours=0.5) == pytest.approx(
+        0.02
+    )
+    assert table.storage_usd("gemini-3-flash-preview", tokens=40_000, hours=-1) == 0.0

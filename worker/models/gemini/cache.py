@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.engine import Connection
@@ -22,6 +22,9 @@ from worker.models.gemini.client import CachedPrefix
 from worker.store.tables import caches, runs
 
 logger = logging.getLogger(__name__)
+
+#: A cache this close to its expiry is treated as gone: a request naming it could outlive it.
+EXPIRY_MARGIN_S = 120.0
 
 
 class RunCache:
@@ -55,35 +58,67 @@ class RunCache:
             ModelFatal: the provider refused to cache the prefix.
         """
         with self.engine.connect() as conn:
-            name = _live(conn, self.run_id)
+            name = _live(conn, self.run_id, self.clock())
         if name is not None:
             return name
         with self.engine.begin() as conn:
-            # The run's row lock makes the first turns of a run wait for one creation.
+            # The run's row lock makes the first turns of a run, and the turns that find
+            # its cache expired, wait for one creation.
             conn.execute(select(runs.c.id).where(runs.c.id == self.run_id).with_for_update())
-            name = _live(conn, self.run_id)
+            now = self.clock()
+            name = _live(conn, self.run_id, now)
             if name is not None:
                 return name
             created = self.create(request, f"swarm run {self.run_id}")
-            conn.execute(
-                insert(caches).values(
-                    run_id=self.run_id,
-                    model=request.model,
-                    name=created.name,
-                    tokens=created.tokens,
-                    created_at=self.clock(),
-                    expires_at=created.expires_at,
-                )
-            )
+            values = {
+                "model": request.model,
+                "name": created.name,
+                "tokens": created.tokens,
+                "created_at": now,
+                "expires_at": created.expires_at,
+                "deleted_at": None,
+            }
+            # One row per run: a cache made again after the last one expired or vanished
+            # takes its place.
+            replaced = conn.execute(
+                update(caches).where(caches.c.run_id == self.run_id).values(**values)
+            ).rowcount
+            if not replaced:
+                conn.execute(insert(caches).values(run_id=self.run_id, **values))
         logger.info(
             "run %s: cached its prefix as %s (%d tokens)", self.run_id, created.name, created.tokens
         )
         return created.name
 
+    def forget(self, name: str) -> None:
+        """Record that the provider no longer has cache ``name`` (it answered "not found").
 
-def _live(conn: Connection, run_id: int) -> str | None:
+        The next :meth:`name_for` creates the run's cache again. Sessions that find the
+        same cache gone at once mark the same row, so only one of them creates another.
+        """
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(caches)
+                .where(
+                    caches.c.run_id == self.run_id,
+                    caches.c.name == name,
+                    caches.c.deleted_at.is_(None),
+                )
+                .values(deleted_at=self.clock())
+            )
+
+
+def _live(conn: Connection, run_id: int, now: datetime) -> str | None:
+    """The run's cache that is neither deleted nor about to expire."""
+    fresh = now + timedelta(seconds=EXPIRY_MARGIN_S)
     return conn.execute(
-        select(caches.c.name).where(caches.c.run_id == run_id, caches.c.deleted_at.is_(None))
+        select(caches.c.name)
+        .where(
+            caches.c.run_id == run_id,
+            caches.c.deleted_at.is_(None),
+            (caches.c.expires_at.is_(None)) | (caches.c.expires_at > fresh),
+        )
+        .order_by(caches.c.id.desc())
     ).scalar()
 
 

@@ -1,7 +1,8 @@
 """The ``gemini`` provider: the Gemini API through the ``google-genai`` SDK.
 
-The SDK's own retries are off and every failure is classified here (rate limit with the
-server's retry delay and quota kind, transient, fatal); the turn loop owns the policy.
+The SDK's own retries are off and every failure is classified (:mod:`.failures`: rate limit
+with the server's retry delay and quota kind, transient, fatal, a cache gone); the turn loop
+owns the policy.
 Function calling is manual: the model's ``Content`` goes back into the history exactly as
 it came, thought signatures included.
 """
@@ -10,28 +11,24 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-import httpx2
 from google import genai
-from google.genai import errors, types
-from pydantic import ValidationError
+from google.genai import types
 
 from worker.errors import (
+    CacheNotFound,
     LimiterUnavailable,
     ModelFatal,
     ModelPaused,
-    ModelUnavailable,
     RateLimited,
     SwarmError,
 )
 from worker.models.base import ModelRequest, ModelTurn, TokenUsage, ToolSpec, calls_of
+from worker.models.gemini.failures import classified, classify
 from worker.models.limiter.base import Limiter, Outcome, Permit
 
 if TYPE_CHECKING:
@@ -45,7 +42,13 @@ MALFORMED = "MALFORMED_FUNCTION_CALL"
 MALFORMED_TEXT = "[the function call was malformed]"
 #: Per-day quotas reset at midnight in this zone.
 QUOTA_ZONE = ZoneInfo("America/Los_Angeles")
-_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
+#: Fleet-wide cool-down after a 429 that names no quota and gives no delay.
+UNEXPLAINED_COOLDOWN_S = 30.0
+#: Window in which unexplained 429s are counted across the fleet.
+UNEXPLAINED_WINDOW_S = 600.0
+#: Unexplained 429s within the window that pause the model: a spent daily quota arrives
+#: this way as often as with a per-day ``QuotaFailure``.
+UNEXPLAINED_LIMIT = 3
 
 
 def make_client(*, api_key: str, base_url: str | None, timeout_s: float) -> genai.Client:
@@ -80,6 +83,7 @@ class GeminiModel:
         wait_s: How long to wait for the limiter before handing the turn back.
         cache: The run's explicit context cache, if it has one: requests then name it and
             leave the prefix out.
+        cooldown_s: The fleet's cool-down after a 429 that names no quota and no delay.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class GeminiModel:
         thinking_budget: int = 1024,
         wait_s: float = 10.0,
         cache: RunCache | None = None,
+        cooldown_s: float = UNEXPLAINED_COOLDOWN_S,
     ) -> None:
         self.client = client
         self.limiter = limiter
@@ -98,6 +103,7 @@ class GeminiModel:
         self.thinking_budget = thinking_budget
         self.wait_s = wait_s
         self.cache = cache
+        self.cooldown_s = cooldown_s
 
     def generate(self, request: ModelRequest) -> ModelTurn:
         """Call the model; a malformed function call is asked for once more.
@@ -107,14 +113,15 @@ class GeminiModel:
                 model for the whole fleet.
             ModelUnavailable: other 5xx, a timeout, a refused or broken connection.
             ModelFatal: the API refused the request (4xx).
-            ModelPaused: a per-day quota is spent: the model is paused for the whole fleet.
+            ModelPaused: a per-day quota is spent, or unexplained 429s keep coming: the
+                model is paused for the whole fleet.
         """
         if self.cache is not None:
             request = replace(request, cached_content=self.cache.name_for(request))
-        turn = self._call(request)
+        turn = self._call_cached(request)
         if turn.finish_reason == MALFORMED:
             logger.info("%s: malformed function call; asking again", request.model)
-            again = self._call(request)
+            again = self._call_cached(request)
             turn = ModelTurn(
                 content=again.content,
                 calls=again.calls,
@@ -148,6 +155,18 @@ class GeminiModel:
             ),
         )
 
+    def _call_cached(self, request: ModelRequest) -> ModelTurn:
+        """Call; an explicit cache that expired or was evicted is made again, once."""
+        try:
+            return self._call(request)
+        except CacheNotFound:
+            if self.cache is None or request.cached_content is None:
+                raise
+            gone = request.cached_content
+            logger.warning("%s: cache %s is gone; caching the prefix again", request.model, gone)
+            self.cache.forget(gone)
+            return self._call(replace(request, cached_content=self.cache.name_for(request)))
+
     def _call(self, request: ModelRequest) -> ModelTurn:
         contents = [types.Content.model_validate(c) for c in request.history]
         estimate = estimate_tokens(request)
@@ -162,8 +181,7 @@ class GeminiModel:
             if error is None:
                 self._release(permit, tokens_used=0, outcome=Outcome.failed)
                 raise
-            self._after_failure(request.model, permit, error)
-            raise error from exc
+            raise self._after_failure(request.model, permit, error) from exc
         self._release(permit, tokens_used=turn.usage.total, outcome=Outcome.ok)
         return turn
 
@@ -184,13 +202,28 @@ class GeminiModel:
         except LimiterUnavailable:
             logger.warning("could not release a permit for %s", permit.model, exc_info=True)
 
-    def _after_failure(self, model: str, permit: Permit, error: SwarmError) -> None:
+    def _after_failure(self, model: str, permit: Permit, error: SwarmError) -> SwarmError:
+        """Tell the limiter how the call failed; returns the error to raise.
+
+        Raises:
+            ModelPaused: the model is now paused fleet-wide.
+        """
         if not isinstance(error, RateLimited):
             self._release(permit, tokens_used=0, outcome=Outcome.failed)
-            return
+            return error
+        if error.quota == "unknown" and error.delay_s is None:
+            # Nothing says which limit was hit or for how long: the fleet cools down
+            # rather than every session retrying at once.
+            error = RateLimited(str(error), delay_s=self.cooldown_s, quota="unknown")
         self._release(
             permit, tokens_used=0, outcome=Outcome.rate_limited, retry_delay_s=error.delay_s
         )
+        if error.quota == "unknown" and self._strikes(model) >= UNEXPLAINED_LIMIT:
+            error = RateLimited(
+                f"{error} (unexplained 429s keep coming: taken as a spent daily quota)",
+                delay_s=error.delay_s,
+                quota="day",
+            )
         if error.quota == "day":
             until = quota_reset(datetime.now(QUOTA_ZONE))
             try:
@@ -200,6 +233,14 @@ class GeminiModel:
             logger.warning("%s paused fleet-wide until %s: %s", model, until.isoformat(), error)
             # Sessions stop rather than retry until the quota resets.
             raise ModelPaused(model=model, until=until, reason=str(error)) from error
+        return error
+
+    def _strikes(self, model: str) -> int:
+        try:
+            return self.limiter.strike(model, window_s=UNEXPLAINED_WINDOW_S)
+        except LimiterUnavailable:
+            logger.warning("could not count a 429 of %s fleet-wide", model, exc_info=True)
+            return 0
 
 
 def declarations(tools: tuple[ToolSpec, ...]) -> list[types.Tool]:
@@ -303,78 +344,28 @@ def to_turn(response: types.GenerateContentResponse) -> ModelTurn:
                 {"text": MALFORMED_TEXT if finish == MALFORMED else f"[no content: {finish}]"}
             ],
         }
-    meta = response.usage_metadata
-    usage = TokenUsage(
-        prompt_tokens=(meta.prompt_token_count or 0) if meta else 0,
-        cached_tokens=(meta.cached_content_token_count or 0) if meta else 0,
-        output_tokens=(meta.candidates_token_count or 0) if meta else 0,
-        thoughts_tokens=(meta.thoughts_token_count or 0) if meta else 0,
-        tool_use_tokens=(meta.tool_use_prompt_token_count or 0) if meta else 0,
-    )
+    usage = usage_of(response.usage_metadata)
     text = "".join(p.get("text", "") for p in content["parts"] if not p.get("thought"))
     return ModelTurn(
         content=content, calls=calls_of(content), text=text, usage=usage, finish_reason=finish
     )
 
 
-@contextmanager
-def classified() -> Iterator[None]:
-    """Re-raise an SDK or transport failure as the project error it stands for."""
-    try:
-        yield
-    except Exception as exc:
-        error = classify(exc)
-        if error is None or error is exc:
-            raise
-        raise error from exc
+def usage_of(meta: types.GenerateContentResponseUsageMetadata | None) -> TokenUsage:
+    """The tokens of a call as the API counted them; absent counts are zero.
 
-
-def classify(exc: BaseException) -> SwarmError | None:
-    """The project error an SDK or transport failure stands for (``None``: not ours)."""
-    if isinstance(exc, SwarmError):
-        return exc
-    if isinstance(exc, errors.APIError):
-        return _classify_api(exc)
-    if isinstance(exc, httpx2.TimeoutException):
-        return ModelUnavailable(f"the Gemini API timed out: {type(exc).__name__}")
-    if isinstance(exc, httpx2.TransportError):
-        return ModelUnavailable(f"cannot reach the Gemini API: {type(exc).__name__}: {exc}")
-    if isinstance(exc, (ValidationError, ValueError)):
-        return ModelUnavailable(f"unreadable answer from the Gemini API: {exc}")
-    return None
-
-
-def _classify_api(exc: errors.APIError) -> SwarmError:
-    message = f"{exc.code} {exc.status}: {exc.message}"
-    details = _details(exc)
-    if exc.code == 429 or (exc.code == 503 and exc.status == "RESOURCE_EXHAUSTED"):
-        quota = (
-            "day"
-            if any(
-                "PerDay" in v.get("quotaId", "") for d in details for v in d.get("violations", ())
-            )
-            else "minute"
-        )
-        return RateLimited(message, delay_s=retry_delay_s(details), quota=quota)
-    if exc.code in (408,) or exc.code >= 500:
-        return ModelUnavailable(message)
-    return ModelFatal(message)
-
-
-def _details(exc: errors.APIError) -> list[dict[str, Any]]:
-    body = exc.details if isinstance(exc.details, dict) else {}
-    found = body.get("error", body).get("details") or []
-    return [d for d in found if isinstance(d, dict)]
-
-
-def retry_delay_s(details: list[dict[str, Any]]) -> float | None:
-    """The ``RetryInfo.retryDelay`` of an error, in seconds (``"2s"``, ``"0.5s"``)."""
-    for detail in details:
-        if detail.get("@type", "").endswith("google.rpc.RetryInfo"):
-            found = _DELAY.match(str(detail.get("retryDelay", "")))
-            if found:
-                return float(found.group(1))
-    return None
+    ``toolUsePromptTokenCount`` is outside ``promptTokenCount`` and billed as input;
+    ``cachedContentTokenCount`` is inside it.
+    """
+    if meta is None:
+        return TokenUsage()
+    return TokenUsage(
+        prompt_tokens=meta.prompt_token_count or 0,
+        cached_tokens=meta.cached_content_token_count or 0,
+        output_tokens=meta.candidates_token_count or 0,
+        thoughts_tokens=meta.thoughts_token_count or 0,
+        tool_use_tokens=meta.tool_use_prompt_token_count or 0,
+    )
 
 
 def quota_reset(now: datetime) -> datetime:

@@ -169,6 +169,17 @@ class Limiter(Protocol):
         """The model's current limit and use, for ``status``."""
         ...
 
+    def strike(self, model: str, *, window_s: float) -> int:
+        """Count one unexplained refusal of ``model`` (a 429 naming no quota), fleet-wide.
+
+        Returns:
+            How many were counted in the last ``window_s`` seconds, this one included.
+
+        Raises:
+            LimiterUnavailable: Redis could not be reached.
+        """
+        ...
+
 
 class Wait(NamedTuple):
     """Why a permit was refused, and how long the wait is known (or guessed) to be."""
@@ -262,6 +273,8 @@ class _ModelState:
     """Grants in the window, oldest first."""
     tokens: dict[str, int] = field(default_factory=dict)
     """Tokens of each grant in the window."""
+    strikes: deque[float] = field(default_factory=deque)
+    """Times of unexplained refusals, oldest first."""
 
 
 class LocalLimiter(PollingLimiter):
@@ -346,6 +359,16 @@ class LocalLimiter(PollingLimiter):
             m = self._model(model, time.monotonic())
             m.paused = Paused(model=model, until=until.astimezone(UTC), reason=reason)
         logger.warning("%s paused until %s: %s", model, until.isoformat(), reason)
+
+    def strike(self, model: str, *, window_s: float) -> int:
+        """See :meth:`Limiter.strike`."""
+        with self._lock:
+            now = time.monotonic()
+            m = self._model(model, now)
+            m.strikes.append(now)
+            while m.strikes[0] <= now - window_s:
+                m.strikes.popleft()
+            return len(m.strikes)
 
     def state(self, model: str) -> LimiterState:
         """See :meth:`Limiter.state`."""

@@ -10,6 +10,7 @@ import logging
 import math
 from datetime import datetime
 from typing import Any
+from uuid import uuid4
 
 import redis
 
@@ -133,6 +134,18 @@ return {tostring(k), redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]),
 )
 
 
+# KEYS: strikes (id -> time). ARGV: window, id.
+_STRIKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local window = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+redis.call('ZADD', KEYS[1], now, ARGV[2])
+redis.call('EXPIRE', KEYS[1], math.ceil(window))
+return redis.call('ZCARD', KEYS[1])
+"""
+
+
 class RedisLimiter(PollingLimiter):
     """The limiter shared by every worker through one Redis, deciding on Redis's clock.
 
@@ -147,11 +160,22 @@ class RedisLimiter(PollingLimiter):
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
         self._state = client.register_script(_STATE)
+        self._strike = client.register_script(_STRIKE)
 
     def keys(self, model: str) -> list[str]:
         """Every Redis key that holds ``model``'s state."""
         names = ("slots", "log", "tokens", "used", "aimd", "cool", "pause")
         return [f"{self.prefix}:{model}:{name}" for name in names]
+
+    def strike(self, model: str, *, window_s: float) -> int:
+        """See :meth:`Limiter.strike`; counted on Redis's clock."""
+        key = f"{self.prefix}:{model}:strikes"
+        try:
+            got = self._strike(keys=[key], args=[window_s, uuid4().hex], client=self.client)
+        except redis.RedisError as exc:
+            message = f"rate limiter for {model} cannot reach Redis: {exc}"
+            raise LimiterUnavailable(message, delay_s=UNREACHABLE_DELAY_S) from exc
+        return int(got)
 
     def _run(self, script: Any, model: str, *args: object) -> list[str]:
         c = self.config

@@ -1,0 +1,137 @@
+"""A run's explicit cache that expires or vanishes is made again, once, and the turn goes on."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, select
+
+from ops.fake_gemini import FakeGemini
+from tests.factories import make_run
+from tests.worker.models.test_gemini import CANARY, _request
+from worker.models.base import ModelRequest
+from worker.models.gemini.cache import RunCache
+from worker.models.gemini.client import CachedPrefix, GeminiModel, create_cache, make_client
+from worker.models.limiter.base import LimitConfig, LocalLimiter
+from worker.store.engine import utcnow
+from worker.store.tables import caches
+
+pytestmark = pytest.mark.services
+
+MODEL = "gemini-3-flash-preview"
+
+
+class Clock:
+    """The current time, which a test may move on."""
+
+    def __init__(self) -> None:
+        self.shift = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return utcnow() + self.shift
+
+
+def _provider(engine: Engine, fake: FakeGemini, run_id: int, clock: Clock) -> GeminiModel:
+    """What a worker builds for one turn of the run: its own client, limiter and cache handle."""
+    client = make_client(api_key=CANARY, base_url=fake.url, timeout_s=5.0)
+
+    def create(request: ModelRequest, display_name: str) -> CachedPrefix:
+        return create_cache(
+            client,
+            model=request.model,
+            system_instruction=request.system_instruction,
+            tools=request.tools,
+            tool_mode=request.tool_mode,
+            ttl_s=3600,
+            display_name=display_name,
+        )
+
+    cache = RunCache(engine=engine, run_id=run_id, create=create, clock=clock)
+    return GeminiModel(client=client, limiter=LocalLimiter(LimitConfig()), wait_s=5.0, cache=cache)
+
+
+def _row(engine: Engine, run_id: int) -> tuple[str, datetime | None, datetime | None]:
+    with engine.connect() as conn:
+        name, expires_at, deleted_at = conn.execute(
+            select(caches.c.name, caches.c.expires_at, caches.c.deleted_at).where(
+                caches.c.run_id == run_id
+            )
+        ).one()
+    return str(name), expires_at, deleted_at
+
+
+def test_an_evicted_cache_is_made_again_and_the_turn_goes_on(
+    engine: Engine, fake_gemini: Callable[..., FakeGemini]
+) -> None:
+    # Given a run whose first turn cached its prefix
+    fake = fake_gemini()
+    run_id, _ = make_run(engine, model=MODEL, cache="explicit")
+    model = _provider(engine, fake, run_id, Clock())
+    assert model.generate(_request()).calls
+    first, _, _ = _row(engine, run_id)
+    # When the API drops the cache before its time
+    fake.caches.evict(first)
+    turn = model.generate(_request())
+    # Then the API's 403 made the provider cache the prefix again and send the turn again
+    assert turn.calls
+    assert [s.status for s in fake.served] == [200, 403, 200]
+    name, _, deleted_at = _row(engine, run_id)
+    assert fake.caches.created == 2 and name != first and deleted_at is None
+    assert fake.served[-1].cache == name
+
+
+def test_sessions_that_find_the_cache_gone_together_make_one_new_cache(
+    engine: Engine, fake_gemini: Callable[..., FakeGemini]
+) -> None:
+    # Given a run's cache, and six sessions on their own workers
+    fake = fake_gemini()
+    run_id, _ = make_run(engine, model=MODEL, cache="explicit")
+    models = [_provider(engine, fake, run_id, Clock()) for _ in range(6)]
+    assert models[0].generate(_request()).calls
+    first, _, _ = _row(engine, run_id)
+    fake.caches.evict(first)
+    # When all six take a turn at once
+    start = threading.Barrier(len(models))
+    failures: list[BaseException] = []
+
+    def turn(model: GeminiModel) -> None:
+        start.wait()
+        try:
+            assert model.generate(_request()).calls
+        except BaseException as exc:  # reported below, with the thread's own traceback
+            failures.append(exc)
+
+    threads = [threading.Thread(target=turn, args=(m,)) for m in models]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    # Then every turn went on, and the run got exactly one new cache
+    assert failures == []
+    assert fake.caches.created == 2
+    name, _, _ = _row(engine, run_id)
+    assert {s.cache for s in fake.served if s.status == 200} == {first, name}
+
+
+def test_a_cache_past_its_expiry_is_made_again_before_any_request_names_it(
+    engine: Engine, fake_gemini: Callable[..., FakeGemini]
+) -> None:
+    # Given a run's cache, and a clock that has moved on to a minute before it expires
+    fake = fake_gemini()
+    clock = Clock()
+    run_id, _ = make_run(engine, model=MODEL, cache="explicit")
+    model = _provider(engine, fake, run_id, clock)
+    assert model.generate(_request()).calls
+    first, expires_at, _ = _row(engine, run_id)
+    assert expires_at is not None
+    clock.shift = expires_at - utcnow() - timedelta(minutes=1)
+    # When the next turn is taken
+    assert model.generate(_request()).calls
+    # Then it named a new cache: no request went out with one about to expire
+    name, later, deleted_at = _row(engine, run_id)
+    assert name != first and deleted_at is None and later is not None and later > expires_at
+    assert fake.caches.created == 2
+    assert [s.status for s in fake.served] == [200, 200]
