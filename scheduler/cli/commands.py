@@ -7,17 +7,32 @@ import json
 import logging.config
 import sys
 from contextlib import nullcontext
+from typing import Any
 
 import click
 import kombu.exceptions
+import redis
 import sqlalchemy.exc
+from pydantic import ValidationError
 from rich.console import Console
-from sqlalchemy.engine import make_url
 
 from scheduler.cli.embedded import embedded_worker
-from scheduler.cli.follow import until_finished
+from scheduler.cli.follow import DEFAULT_STALL_AFTER_S, until_finished
 from scheduler.cli.options import LadderRequest, RunRequest, run_options
 from scheduler.cli.report import report
+from scheduler.cli.services import (
+    EXIT_OK,
+    EXIT_RUN_INCOMPLETE,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    OperatorError,
+    ServiceUnavailable,
+    check_broker,
+    database_error,
+    safe_url,
+    send_or_raise,
+    settings_error,
+)
 from scheduler.cli.views import ladder_view, print_status
 from scheduler.report.figures import RunFigures, run_figures
 from scheduler.report.format import jsonable
@@ -32,14 +47,7 @@ from worker.store.control import cancel_ladder, cancel_run, resume_run
 from worker.store.engine import make_engine, migrate, require_migrated, utcnow
 from worker.store.queries import latest_run_id, session_rows
 
-#: The command did what was asked.
-EXIT_OK = 0
-#: The run ended, but not every session succeeded.
-EXIT_RUN_INCOMPLETE = 1
-#: Bad input: options, ids, configuration.
-EXIT_USAGE = 2
-#: A service (database, broker) could not be used.
-EXIT_UNAVAILABLE = 3
+__all__ = ["EXIT_OK", "EXIT_RUN_INCOMPLETE", "EXIT_UNAVAILABLE", "EXIT_USAGE", "cli", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +71,28 @@ def _configure_logging(verbose: int) -> None:
     )
 
 
-@click.group()
+class SwarmGroup(click.Group):
+    """Says in one line why a service could not be used, for every command."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a database or broker failure becomes an :class:`OperatorError`."""
+        try:
+            return super().invoke(ctx)
+        except sqlalchemy.exc.OperationalError as exc:
+            settings = ctx.find_object(Settings)
+            if settings is None:
+                raise
+            raise database_error(exc, settings.database_url) from None
+        except (kombu.exceptions.OperationalError, redis.RedisError) as exc:
+            settings = ctx.find_object(Settings)
+            where = safe_url(settings.broker_url) if settings is not None else "the broker"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ServiceUnavailable(
+                f"broker {where} unreachable ({first}): start Redis or fix SWARM_BROKER_URL"
+            ) from None
+
+
+@click.group(cls=SwarmGroup)
 @click.option(
     "--database-url",
     envvar="SWARM_DATABASE_URL",
@@ -78,7 +107,10 @@ def cli(ctx: click.Context, database_url: str | None, broker_url: str | None, ve
     """Run fleets of agent sessions in waves and see what they cost."""
     _configure_logging(verbose)
     overrides = {k: v for k, v in (("database_url", database_url), ("broker_url", broker_url)) if v}
-    ctx.obj = Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        ctx.obj = Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise settings_error(exc) from None
 
 
 def _exit_code(figures: RunFigures) -> int:
@@ -91,18 +123,31 @@ def _exit_code(figures: RunFigures) -> int:
 def migrate_cmd(settings: Settings) -> None:
     """Bring the configured database to the latest schema revision."""
     migrate(settings.database_url)
-    click.echo(f"database at the latest revision ({_safe_url(settings.database_url)})")
+    click.echo(f"database at the latest revision ({safe_url(settings.database_url)})")
 
 
 @cli.command()
 @run_options()
 @click.option("--follow", is_flag=True, help="Show a live progress bar until the run ends.")
+@click.option(
+    "--stall-after-s",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_STALL_AFTER_S,
+    show_default=True,
+    help="With --follow: exit (code 5) when sessions wait and no worker has claimed any "
+    "work of the run for this long; the run stays queued. 0 waits for ever.",
+)
 @click.pass_obj
-def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool) -> None:
+def enqueue(
+    settings: Settings, request: RunRequest, as_json: bool, follow: bool, stall_after_s: float
+) -> None:
     """Create a run and dispatch its first wave to the workers."""
-    rt = create_app(settings).runtime
+    app = create_app(settings)
+    rt = app.runtime
     try:
         require_migrated(rt.engine)
+        # Refuse before anything is created, rather than leave a run nobody was sent.
+        check_broker(app, settings)
         run_id = request.create(rt)
         config = request.config
         click.echo(
@@ -113,7 +158,13 @@ def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool
         )
         if not follow:
             return
-        figures = until_finished(rt.engine, run_id, show=not as_json, prices=rt.prices)
+        figures = until_finished(
+            rt.engine,
+            run_id,
+            show=not as_json,
+            prices=rt.prices,
+            stall_after_s=stall_after_s or None,
+        )
     finally:
         rt.engine.dispose()
     print_status(figures, as_json=as_json)
@@ -131,10 +182,17 @@ def enqueue(settings: Settings, request: RunRequest, as_json: bool, follow: bool
 @click.pass_obj
 def run(settings: Settings, request: RunRequest, as_json: bool, database: str) -> None:
     """Run a swarm in this process: no Redis or PostgreSQL needed."""
+    try:
+        database_url = Settings(database_url=database).database_url
+    except ValidationError as exc:
+        raise settings_error(exc, option="--database") from None
     embedded = settings.model_copy(
-        update={"database_url": database, "broker_url": DEFAULT_BROKER_URL}
+        update={"database_url": database_url, "broker_url": DEFAULT_BROKER_URL}
     )
-    migrate(embedded.database_url)
+    try:
+        migrate(embedded.database_url)
+    except sqlalchemy.exc.OperationalError as exc:
+        raise database_error(exc, embedded.database_url) from None
     app = create_app(embedded)
     rt = app.runtime
     size = WaveSpec.parse(request.config.waves).size
@@ -171,6 +229,8 @@ def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bo
     size = max(WaveSpec.parse(t).size for t in request.tiers)
     try:
         require_migrated(rt.engine)
+        if not embedded:
+            check_broker(app, settings)
         with embedded_worker(app, concurrency=min(size, 100)) if embedded else nullcontext():
             ladder_id, run_ids = request.create(rt)
             click.echo(
@@ -253,12 +313,14 @@ def cancel(settings: Settings, run_or_ladder: str) -> None:
 @click.pass_obj
 def resume(settings: Settings, run_id: int) -> None:
     """Dispatch again every session of a run that has not ended (after an outage, a cancel)."""
-    rt = create_app(settings).runtime
+    app = create_app(settings)
+    rt = app.runtime
     try:
         require_migrated(rt.engine)
+        check_broker(app, settings)
         with rt.engine.begin() as conn:
             dispatches = resume_run(conn, run_id=run_id, now=utcnow())
-        sent = rt.send_all(dispatches)
+        sent = send_or_raise(rt.dispatcher, dispatches, run_id=run_id)
     finally:
         rt.engine.dispose()
     turns = sum(1 for d in dispatches if d.kind == "turn")
@@ -271,11 +333,6 @@ def resume(settings: Settings, run_id: int) -> None:
 cli.add_command(report)
 
 
-def _safe_url(url: str) -> str:
-    # Never echo a password.
-    return make_url(url).render_as_string(hide_password=True)
-
-
 def main() -> None:
     """Entry point: map project errors to clear messages and exit codes."""
     try:
@@ -283,6 +340,9 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(EXIT_RUN_INCOMPLETE)
+    except OperatorError as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(EXIT_USAGE)

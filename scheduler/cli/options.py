@@ -11,6 +11,7 @@ from typing import Any, get_args
 import click
 from pydantic import ValidationError
 
+from scheduler.cli.services import send_or_raise
 from worker.agent.ladders import DEFAULT_TIERS, create_ladder, parse_tiers
 from worker.agent.profiles import DEFAULT_PROFILE, PROFILES
 from worker.agent.runs import RunConfig, WaveSpec, create_run, parse_mix
@@ -20,6 +21,7 @@ from worker.models.pricing import PriceTable
 from worker.models.registry import check_model
 from worker.settings import Settings
 from worker.store.engine import utcnow
+from worker.store.lifecycle import take_outbox
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class RunRequest:
                 now=utcnow(),
                 budget_usd=self.budget_usd,
             )
-        rt.flush_outbox(run_id)
+        _start_first_wave(rt, run_id)
         return run_id
 
 
@@ -68,8 +70,19 @@ class LadderRequest:
                 now=utcnow(),
                 budget_usd=self.budget_usd,
             )
-        rt.flush_outbox(run_ids[0])
+        _start_first_wave(rt, run_ids[0])
         return ladder_id, run_ids
+
+
+def _start_first_wave(rt: Runtime, run_id: int) -> None:
+    """Start the run's first wave and send its turns, or say that the run is resumable.
+
+    Raises:
+        NotDispatched: the broker refused a send; the sessions stay due.
+    """
+    with rt.engine.begin() as conn:
+        dispatches = take_outbox(conn, now=rt.clock(), run_id=run_id)
+    send_or_raise(rt.dispatcher, dispatches, run_id=run_id)
 
 
 def _config(waves: str, seed: int | None, mix: str, **fields: Any) -> RunConfig:

@@ -1,11 +1,17 @@
-"""docker-compose.yml is valid, fails fast without secrets, and runs only real commands."""
+"""docker-compose.yml is valid, fails fast without secrets, runs only real commands, and its
+healthchecks pass against the services they check (and fail without them).
+"""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,12 +19,17 @@ import yaml
 from click.testing import CliRunner
 
 from scheduler.cli import cli
-from tests.conftest import ROOT
+from tests.conftest import ROOT, WorkerProcess, service_env
+from tests.ops.test_flower import FlowerProcess, _flower_env
+from worker.settings import Settings
 
 COMPOSE = shutil.which("docker-compose")
-pytestmark = pytest.mark.skipif(
+needs_compose = pytest.mark.skipif(
     COMPOSE is None and not os.environ.get("CI"), reason="Debian's docker-compose not installed"
 )
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+#: Seconds one healthcheck may take here (compose gives each 3 to 10 s; we start cold).
+HEALTHCHECK_TIMEOUT_S = 60
 
 
 def _config(**env: str) -> subprocess.CompletedProcess[str]:
@@ -43,16 +54,28 @@ def config() -> dict[str, Any]:
     return parsed
 
 
+@needs_compose
 def test_required_secrets_fail_fast() -> None:
     result = _config()
     assert result.returncode != 0
     assert "Variable not set" in result.stderr
 
 
+@needs_compose
 def test_services_and_health_ordering(config: dict[str, Any]) -> None:
     services = config["services"]
-    assert set(services) == {"redis", "postgres", "migrate", "sessions", "verify", "flower"}
-    for name in ("redis", "postgres", "sessions", "verify"):
+    assert set(services) == {
+        "redis",
+        "postgres",
+        "migrate",
+        "sessions",
+        "verify",
+        "flower",
+        "scheduler",
+    }
+    # the scheduler service is for `docker compose run` only, never started by `up`
+    assert services["scheduler"]["profiles"] == ["cli"]
+    for name in ("redis", "postgres", "sessions", "verify", "flower"):
         assert services[name]["healthcheck"]["test"], name
     for name in ("sessions", "verify"):
         deps = services[name]["depends_on"]
@@ -65,12 +88,14 @@ def test_services_and_health_ordering(config: dict[str, Any]) -> None:
     assert all(str(p).startswith("127.0.0.1:") for p in services["flower"]["ports"])
 
 
+@needs_compose
 def test_flower_requires_its_credentials_alone() -> None:
     result = _config(POSTGRES_PASSWORD="pw-for-test")
     assert result.returncode != 0
     assert "FLOWER_BASIC_AUTH" in result.stderr
 
 
+@needs_compose
 def test_flower_runs_the_shipped_configuration(config: dict[str, Any]) -> None:
     command = config["services"]["flower"]["command"]
     confs = [arg.removeprefix("--conf=") for arg in command if arg.startswith("--conf=")]
@@ -89,12 +114,29 @@ def _commands(config: dict[str, Any]) -> list[list[str]]:
             found.append(service["command"])
             test = service.get("healthcheck", {}).get("test")
             if test:
-                found.append(test[1:])  # drop "CMD"
+                argv = _argv(test)
+                found.append(shlex.split(argv[2]) if test[0] == "CMD-SHELL" else argv)
     return found
 
 
+def _argv(test: list[str]) -> list[str]:
+    """The process compose starts for a healthcheck ``test``, after its ``$$`` unescaping."""
+    kind, *args = test
+    args = [arg.replace("$$", "$") for arg in args]
+    assert not any("${" in arg for arg in args), test
+    if kind == "CMD-SHELL":
+        # Compose hands the string to the container's shell, which expands its variables.
+        (line,) = args
+        return ["/bin/sh", "-c", line]
+    assert kind == "CMD", test
+    return args
+
+
+@needs_compose
 def test_every_project_command_exists(config: dict[str, Any]) -> None:
     for command in _commands(config):
+        if command[:2] == ["python", "-c"]:
+            continue  # Flower's healthcheck: run by test_flower_healthcheck below
         if command[:3] == ["python", "-m", "scheduler"]:
             result = CliRunner().invoke(cli, [*command[3:4], "--help"])
             assert result.exit_code == 0, (command, result.output)
@@ -113,3 +155,129 @@ def test_every_project_command_exists(config: dict[str, Any]) -> None:
             if sub == "worker":
                 queues = command[command.index("-Q") + 1].split(",")
                 assert set(queues) <= {"sessions", "verify"}
+
+
+# Each healthcheck runs here exactly as compose runs it in its container: the same argv,
+# the service's environment, HOSTNAME set to the host name (Docker sets it to the
+# container's, which is also what the worker's `-n name@%h` expands to), in the image's
+# working directory (the checkout). Redis and PostgreSQL are the local test services on
+# 127.0.0.1, where each container checks its own server too. Flower listens on a port the
+# kernel picked, so its check is aimed there instead of 5555.
+
+
+def _healthchecks() -> dict[str, list[str]]:
+    """Every service's healthcheck ``test``, as written in docker-compose.yml."""
+    services = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))["services"]
+    return {
+        name: service["healthcheck"]["test"]
+        for name, service in services.items()
+        if "healthcheck" in service
+    }
+
+
+def _service_command(name: str) -> list[str]:
+    command: list[str] = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))["services"][name][
+        "command"
+    ]
+    return command
+
+
+def _run_check(
+    argv: list[str], env: dict[str, str], *, hostname: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    bin_dir = str(Path(sys.executable).parent)
+    # No proxy inside the containers; one in this environment must not intercept loopback.
+    clean = {k: v for k, v in env.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    return subprocess.run(
+        argv,
+        cwd=ROOT,
+        env={
+            **clean,
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+            "HOSTNAME": hostname or socket.gethostname(),
+        },
+        capture_output=True,
+        text=True,
+        timeout=HEALTHCHECK_TIMEOUT_S,
+    )
+
+
+def test_every_healthcheck_is_exercised() -> None:
+    assert set(_healthchecks()) == {"redis", "postgres", "sessions", "verify", "flower"}
+
+
+@pytest.fixture
+def compose_worker(settings: Settings) -> Iterator[Any]:
+    """Factory: start a worker with the compose service's own command line."""
+    started: list[WorkerProcess] = []
+
+    def start(service: str) -> WorkerProcess:
+        command = _service_command(service)
+        assert command[:4] == ["celery", "-A", "worker", "worker"], command
+        worker = WorkerProcess(service_env(settings), command[4:]).start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_worker_healthchecks_pass_only_against_their_worker(
+    settings: Settings, compose_worker: Any
+) -> None:
+    checks = _healthchecks()
+    env = service_env(settings)
+    # Given no verify worker, Then the verify healthcheck fails
+    assert _run_check(_argv(checks["verify"]), env).returncode != 0
+    # Given the sessions and verify workers started as compose starts them
+    workers = {name: compose_worker(name) for name in ("sessions", "verify")}
+    for name in ("sessions", "verify"):
+        # When compose runs each healthcheck, Then it passes
+        result = _run_check(_argv(checks[name]), env)
+        assert result.returncode == 0, (name, result.stdout, result.stderr)
+        assert f"{name}@{socket.gethostname()}: OK" in result.stdout
+    # and it is the expanded $HOSTNAME that names the node: another host's check fails
+    assert _run_check(_argv(checks["sessions"]), env, hostname="elsewhere").returncode != 0
+    # and the exec form, which no shell expands, found no node (why CMD-SHELL)
+    exec_form = shlex.split(_argv(checks["sessions"])[2])
+    assert "sessions@$HOSTNAME" in exec_form
+    assert _run_check(exec_form, env).returncode != 0
+    # When the sessions worker stops, Then its healthcheck fails
+    workers["sessions"].stop()
+    assert _run_check(_argv(checks["sessions"]), env).returncode != 0
+
+
+@pytest.mark.services
+def test_redis_and_postgres_healthchecks(redis_url: str, pg_url: str) -> None:
+    checks = _healthchecks()
+    env = dict(os.environ)
+    for name in ("redis", "postgres"):
+        # When compose runs the check against a server on 127.0.0.1, Then it passes
+        result = _run_check(_argv(checks[name]), env)
+        assert result.returncode == 0, (name, result.stdout, result.stderr)
+    # and against no server (the same check aimed at a closed port) it fails
+    redis_down = _argv(checks["redis"])
+    redis_down[2] = redis_down[2].replace("-h 127.0.0.1", "-h 127.0.0.1 -p 1")
+    assert redis_down[2] != _argv(checks["redis"])[2]
+    assert _run_check(redis_down, env).returncode != 0
+    assert _run_check([*_argv(checks["postgres"]), "-p", "1"], env).returncode != 0
+
+
+@pytest.mark.services
+def test_flower_healthcheck(settings: Settings) -> None:
+    argv = _argv(_healthchecks()["flower"])
+    assert any("127.0.0.1:5555/healthcheck" in arg for arg in argv)
+    env = _flower_env(service_env(settings), FLOWER_BASIC_AUTH="ops:health-check-pw")
+    flower = FlowerProcess(env)
+    try:
+        aimed = [arg.replace(":5555/", f":{flower.port}/") for arg in argv]
+        # When compose runs the check against a running Flower, Then it passes
+        result = _run_check(aimed, env)
+        assert result.returncode == 0, result.stderr
+    finally:
+        flower.stop()
+    # and once Flower has stopped, it fails
+    assert _run_check(aimed, env).returncode != 0

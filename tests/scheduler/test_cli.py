@@ -30,6 +30,21 @@ def test_help_lists_the_commands() -> None:
         assert command in result.output
 
 
+def test_enqueue_documents_its_stall_threshold() -> None:
+    result = CliRunner().invoke(cli, ["enqueue", "--help"])
+    assert result.exit_code == 0
+    assert "--stall-after-s" in result.output and "[default: 30" in result.output
+
+
+def test_a_bad_setting_is_one_line_in_process() -> None:
+    # The group itself turns a setting that does not validate into one line and exit 2
+    result = CliRunner().invoke(cli, ["--broker-url", "amqp://guest@rabbit//", "status"])
+    assert result.exit_code == EXIT_USAGE
+    assert result.stderr.startswith("error: SWARM_BROKER_URL: unsupported broker 'amqp'")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 @pytest.mark.parametrize("wave", ["10by10", "0x5", "3x0", "x", "200x200"])
 def test_bad_wave_spec_is_a_clear_usage_error(wave: str) -> None:
     result = subprocess.run(

@@ -15,7 +15,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from worker.errors import NotMigrated
@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 RUN_CHANNEL = "swarm_run"
 #: Seconds a SQLite writer waits for the file lock before failing.
 SQLITE_BUSY_TIMEOUT_S = 60
+#: Seconds a new PostgreSQL connection may take (unless the URL says) before it fails, so
+#: that an unreachable server is reported instead of waited on.
+PG_CONNECT_TIMEOUT_S = 10
 
 
 def utcnow() -> datetime:
@@ -51,8 +54,14 @@ def make_engine(settings: Settings) -> Engine:
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
+    connect_args = (
+        {}
+        if "connect_timeout" in make_url(url).query
+        else {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    )
     return create_engine(
         url,
+        connect_args=connect_args,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_pre_ping=True,
