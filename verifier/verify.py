@@ -10,8 +10,8 @@ from pathlib import Path
 
 from verifier.browser import Browser, default_executable
 from verifier.judge import judge
-from worker.agent.verdicts import VerdictIn, load_handoff, record_verdict
-from worker.errors import ConfigError
+from worker.agent.verdicts import VerdictIn, claim_handoff, record_verdict, release_handoff
+from worker.errors import BrowserUnavailable, ConfigError
 from worker.fleet.runtime import Runtime
 from worker.settings import Settings
 
@@ -79,17 +79,24 @@ def verify_handoff(
     Raises:
         BrowserUnavailable: Chromium failed; nothing was recorded, the caller retries.
     """
-    handoff = load_handoff(rt, session_id=session_id, round_no=round_no)
+    handoff = claim_handoff(rt, session_id=session_id, round_no=round_no)
     if handoff is None:
         return "duplicate"
+    assert handoff.epoch is not None
     started = time.monotonic()
-    verdict = judge(
-        handoff.content,
-        browser=browser,
-        max_bytes=handoff.max_bytes,
-        min_fps=rt.settings.verify_min_fps,
-        retry_starved=retry_starved,
-    )
+    # The lease lives as long as this worker does: renewed through a slow render.
+    with rt.leases.hold(session_id, handoff.epoch):
+        try:
+            verdict = judge(
+                handoff.content,
+                browser=browser,
+                max_bytes=handoff.max_bytes,
+                min_fps=rt.settings.verify_min_fps,
+                retry_starved=retry_starved,
+            )
+        except BrowserUnavailable:
+            release_handoff(rt, handoff, retry_in_s=0)
+            raise
     return record_verdict(
         rt,
         handoff,

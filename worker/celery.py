@@ -24,12 +24,13 @@ from worker.fleet.reconciler import ReconcilerThread
 from worker.fleet.runtime import Runtime
 from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE, Settings
 from worker.store.engine import make_engine
+from worker.store.fleet import fleet_id
 
 __all__ = ["SwarmCelery", "app", "celery_config", "create_app"]
 
 
-def celery_config(settings: Settings) -> dict[str, Any]:
-    """Celery settings derived from Swarm's."""
+def celery_config(settings: Settings, *, fleet: str | None = None) -> dict[str, Any]:
+    """Celery settings derived from Swarm's; ``fleet`` names the fleet's keys on Redis."""
     transport: dict[str, Any] = {}
     if settings.is_embedded:
         transport["polling_interval"] = 0.05
@@ -37,6 +38,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # A message unacknowledged this long is delivered again; the reconciler usually
         # re-dispatches long before, so this only bounds how late a duplicate can be.
         transport["visibility_timeout"] = 3600
+        if fleet:
+            # Every key (queues, unacked messages, events, remote control) under the
+            # fleet's prefix: fleets sharing one Redis database never see each other's tasks.
+            transport["global_keyprefix"] = f"swarm:{fleet}:"
     return {
         "broker_url": settings.broker_url,
         "broker_transport_options": transport,
@@ -66,13 +71,26 @@ class SwarmCelery(Celery):  # type: ignore[misc]
         self._runtime_lock = threading.Lock()
         self._runtime: Runtime | None = None
         # Read the environment when the app is first configured, not at import time.
-        self.add_defaults(lambda: celery_config(self.settings))
+        self.add_defaults(lambda: celery_config(self.settings, fleet=self.fleet))
         self.steps["worker"].add(ReconcilerStep)
 
     @cached_property
     def settings(self) -> Settings:
         """The settings given to the factory, or those of the environment."""
         return self._given_settings or Settings()
+
+    @cached_property
+    def fleet(self) -> str | None:
+        """The fleet's identity: ``SWARM_FLEET``, else the id its database holds."""
+        if self.settings.fleet or self.settings.is_embedded:
+            return self.settings.fleet
+        # An engine of its own, closed at once: a process that only sends tasks (the
+        # scheduler, Flower) keeps no connection for it.
+        engine = make_engine(self.settings)
+        try:
+            return fleet_id(engine)
+        finally:
+            engine.dispose()
 
     @property
     def runtime(self) -> Runtime:

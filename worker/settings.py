@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 #: The embedded default database: a SQLite file in the working directory.
 DEFAULT_DATABASE_URL = "sqlite:///swarm.db"
@@ -22,8 +25,33 @@ SESSIONS_QUEUE = "sessions"
 VERIFY_QUEUE = "verify"
 
 
+#: URL schemes of PostgreSQL, all served by psycopg 3.
+_POSTGRES_SCHEMES = frozenset({"postgres", "postgresql", "postgresql+psycopg"})
+#: The SQLAlchemy dialect and driver every PostgreSQL URL is normalized to.
+_POSTGRES_DRIVER = "postgresql+psycopg"
+#: URL schemes of SQLite.
+_SQLITE_SCHEMES = frozenset({"sqlite", "sqlite+pysqlite"})
+#: URL schemes of the brokers Swarm supports.
+_BROKER_SCHEMES = frozenset({"redis", "rediss", "memory"})
+_DATABASE_URL_EXAMPLES = "postgresql://user:password@host:5432/swarm or sqlite:///swarm.db"
+_BROKER_URL_EXAMPLES = (
+    "redis://host:6379/0 (rediss:// for TLS), or leave it unset for the embedded broker"
+)
+
+
 #: Frames per second a page's own animation loop must reach, unless told otherwise.
 DEFAULT_VERIFY_MIN_FPS = 30.0
+
+
+def _redis_url_is_wellformed(url: str) -> bool:
+    """True when the port and the database number of a Redis URL are numbers."""
+    parts = urlsplit(url)
+    try:
+        _ = parts.port  # raises on a port that is not a number
+    except ValueError:
+        return False
+    db = parts.path.strip("/")
+    return not db or db.isdigit()
 
 
 class Settings(BaseSettings):
@@ -40,12 +68,19 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=15, ge=0)
     """Extra connections a busy process may open beyond the pool."""
 
-    lease_ttl_s: float = Field(default=120.0, gt=0)
-    """How long a claimed turn owns its session before another worker may take it."""
+    lease_ttl_s: float = Field(default=10.0, gt=0)
+    """How long a claimed turn or verification owns its session without a renewal; its
+    worker renews the lease every ``lease_renew_s`` while it lives."""
+    lease_renew_s: float = Field(default=2.5, gt=0)
+    """Period of the lease renewals of each worker process."""
+    fleet: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    """The fleet's name on the broker; by default the id its database holds, so every
+    process of a fleet agrees on it and fleets sharing one Redis database stay apart."""
     redispatch_after_s: float = Field(default=30.0, gt=0)
     """A due session untouched for this long is dispatched again by the reconciler."""
-    verify_redispatch_after_s: float = Field(default=300.0, gt=0)
-    """Like ``redispatch_after_s`` for a verification (they queue behind the browser)."""
+    verify_redispatch_after_s: float = Field(default=60.0, gt=0)
+    """Like ``redispatch_after_s`` for a verification never claimed (they queue behind the
+    browser); one whose worker died is taken over as soon as its lease lapses."""
     reconcile_interval_s: float = Field(default=5.0, gt=0)
     """Period of the reconciler loop inside each worker process."""
     max_turn_attempts: int = Field(default=5, ge=1)
@@ -106,10 +141,46 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _normalize_database_url(cls, value: str) -> str:
-        """Select psycopg 3 for plain PostgreSQL URLs."""
-        for prefix in ("postgres://", "postgresql://"):
-            if value.startswith(prefix):
-                return "postgresql+psycopg://" + value[len(prefix) :]
+        """Accept SQLite and PostgreSQL (psycopg 3) URLs only; select psycopg 3 for plain ones.
+
+        The message names the scheme, never the whole URL, which may hold a password.
+        """
+        scheme, sep, rest = value.strip().partition("://")
+        scheme = scheme.lower()
+        value = value.strip()
+        if not sep or not scheme:
+            raise ValueError(f"not a database URL: use {_DATABASE_URL_EXAMPLES}")
+        if scheme in _POSTGRES_SCHEMES:
+            value = f"{_POSTGRES_DRIVER}://{rest}"
+        elif scheme not in _SQLITE_SCHEMES:
+            raise ValueError(
+                f"unsupported database {scheme!r}: Swarm runs on SQLite or PostgreSQL "
+                f"(psycopg 3); use {_DATABASE_URL_EXAMPLES}"
+            )
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError):
+            raise ValueError(
+                f"malformed {scheme} URL (check the host, port and database name); "
+                f"use {_DATABASE_URL_EXAMPLES}"
+            ) from None
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _check_broker_url(cls, value: str) -> str:
+        """Accept Redis (``redis://``, ``rediss://``) and the embedded ``memory://`` only."""
+        scheme, sep, _ = value.strip().partition("://")
+        scheme = scheme.lower()
+        if not sep or scheme not in _BROKER_SCHEMES:
+            what = f"unsupported broker {scheme!r}" if sep and scheme else "not a broker URL"
+            raise ValueError(f"{what}: use {_BROKER_URL_EXAMPLES}")
+        value = value.strip()
+        if scheme != "memory" and not _redis_url_is_wellformed(value):
+            raise ValueError(
+                f"malformed {scheme} URL (the port and the database must be numbers); "
+                f"use {_BROKER_URL_EXAMPLES}"
+            )
         return value
 
     @field_validator("gemini_base_url")
@@ -119,13 +190,12 @@ class Settings(BaseSettings):
         return value or None
 
     @model_validator(mode="after")
-    def _calls_fit_in_a_lease(self) -> Settings:
-        """A turn waits for the limiter, then the model, all while holding its lease."""
-        if self.limiter_wait_s + self.gemini_timeout_s >= self.lease_ttl_s:
-            total_s = self.limiter_wait_s + self.gemini_timeout_s
+    def _renewals_fit_in_a_lease(self) -> Settings:
+        """A lease must survive a missed renewal or two (a busy process, a database blip)."""
+        if self.lease_renew_s * 2 >= self.lease_ttl_s:
             raise ValueError(
-                f"limiter_wait_s + gemini_timeout_s ({total_s:g} s) must be "
-                f"shorter than lease_ttl_s ({self.lease_ttl_s:g} s)"
+                f"lease_renew_s ({self.lease_renew_s:g} s) must be under half of "
+                f"lease_ttl_s ({self.lease_ttl_s:g} s)"
             )
         return self
 

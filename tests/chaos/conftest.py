@@ -21,11 +21,11 @@ from tests.chaos.checker import RunFigures
 from tests.chaos.services import PrivateCluster, PrivateRedis
 from worker.store.engine import migrate
 
-#: Worker settings that make a dead worker's turns come back within seconds. The lease
-#: must outlive the limiter wait plus the model timeout (Settings checks it); the sim model
-#: uses neither, so both are small.
+#: Worker settings that make a dead worker's turns come back sooner than the defaults do.
+#: A lease must outlive two renewal periods (Settings checks it).
 FAST_RECOVERY_ENV = {
     "SWARM_LEASE_TTL_S": "5",
+    "SWARM_LEASE_RENEW_S": "1",
     "SWARM_GEMINI_TIMEOUT_S": "2",
     "SWARM_LIMITER_WAIT_S": "1",
     "SWARM_REDISPATCH_AFTER_S": "3",

@@ -8,10 +8,12 @@ user, since the tests run as root and PostgreSQL refuses to).
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import glob
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import socket
@@ -206,3 +208,21 @@ class PrivateCluster:
         with contextlib.suppress(subprocess.CalledProcessError):  # never started, or down
             self._pg_ctl("-m", "immediate", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+#: The systemd unit that keeps a worker running on a bare host.
+WORKER_UNIT = Path(__file__).resolve().parents[2] / "ops" / "systemd" / "swarm-worker@.service"
+
+
+def unit_worker_args(instance: str, host: str) -> list[str]:
+    """The worker arguments of :data:`WORKER_UNIT`'s ``ExecStart`` for ``instance``.
+
+    Everything after ``celery -A worker worker``, with systemd's ``%i`` and ``%H`` filled
+    in, so a test starts the worker exactly as the unit does.
+    """
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    parser.optionxform = str  # type: ignore[assignment, method-assign]
+    parser.read(WORKER_UNIT)
+    words = shlex.split(parser["Service"]["ExecStart"])
+    start = words.index("worker", words.index("-A") + 2)
+    return [w.replace("%i", instance).replace("%H", host) for w in words[start + 1 :]]

@@ -11,13 +11,15 @@ broken connection (which clears the transport's client) and then ``close()``s it
 the channel restores the unacknowledged messages through that cleared client, and the
 AttributeError escapes ``ignore_errors``. It is a race (here at least one of two workers
 died in each of eight trials, a lone worker survived three of three), so no test asserts it.
-Deployments restart dead workers (compose's ``restart: unless-stopped``); this test
-supervises its workers the same way, holds the database-side promise, and reports how many
-workers the restart killed.
+Deployments restart dead workers: compose's ``restart: unless-stopped``, and on a bare host
+the systemd unit ``ops/systemd/swarm-worker@.service`` (``Restart=always``). This test starts
+its workers with that unit's command line and supervises them the same way, holds the
+database-side promise, and reports how many workers the restart killed.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
 import pytest
@@ -31,8 +33,8 @@ from tests.chaos.progress import (
     wait_for_run,
     wait_until,
 )
-from tests.chaos.services import PrivateRedis
-from tests.conftest import WorkerProcess
+from tests.chaos.services import PrivateRedis, unit_worker_args
+from tests.conftest import WorkerProcess, service_env
 from worker.settings import Settings
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow]
@@ -58,23 +60,58 @@ def test_run_completes_after_the_broker_loses_every_message(
     engine: Engine,
     enqueue: Callable[..., int],
     private_redis: PrivateRedis,
-    start_worker: Callable[..., WorkerProcess],
     chaos_report: Callable[..., None],
 ) -> None:
-    # Given two supervised workers on a Redis of this test's own, and a 3x10 run under way
+    # Given the unit's two workers (sessions, verify) on a Redis of this test's own,
+    # supervised as systemd does, and a 3x10 run under way
     broker = private_redis.url(0)
+    env = service_env(settings, SWARM_BROKER_URL=broker, **FAST_RECOVERY_ENV)
+    host = socket.gethostname()
+    started: list[WorkerProcess] = []
 
-    def start() -> WorkerProcess:
-        return start_worker(concurrency=10, SWARM_BROKER_URL=broker, **FAST_RECOVERY_ENV)
+    def start(instance: str) -> WorkerProcess:
+        worker = WorkerProcess(env, unit_worker_args(instance, host)).start()
+        started.append(worker)
+        return worker
 
-    workers = [start(), start()]
+    instances = ["sessions", "verify"]
+    workers = [start(i) for i in instances]
+    try:
+        _run_through_a_broker_restart(
+            settings,
+            engine,
+            enqueue,
+            private_redis,
+            chaos_report,
+            broker,
+            workers,
+            instances,
+            start,
+        )
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+def _run_through_a_broker_restart(
+    settings: Settings,
+    engine: Engine,
+    enqueue: Callable[..., int],
+    private_redis: PrivateRedis,
+    chaos_report: Callable[..., None],
+    broker: str,
+    workers: list[WorkerProcess],
+    instances: list[str],
+    start: Callable[[str], WorkerProcess],
+) -> None:
     run_id = enqueue(settings.database_url, broker, "--wave", "3x10", "--sim-latency-ms", "300")
     wait_until(
         "15 committed turns", lambda: turns_committed(engine, run_id) >= 15, UNDER_WAY_TIMEOUT_S
     )
     turns_before, in_flight = turns_committed(engine, run_id), turns_in_flight(engine, run_id)
     # kombu keeps the messages workers hold, unacknowledged, in the "unacked" hash
-    held_before = private_redis.client().hlen("unacked")
+    client = private_redis.client()
+    held_before = sum(client.hlen(key) for key in client.scan_iter("*unacked"))
     redis_before = private_redis.server_run_id()
     marks = [len(w.log) for w in workers]
     # When Redis is killed and, after two seconds down, started again empty on the same port
@@ -84,12 +121,12 @@ def test_run_completes_after_the_broker_loses_every_message(
     dead: list[WorkerProcess] = []
 
     def supervise() -> None:
-        # What `restart: unless-stopped` does for the compose fleet.
+        # What Restart=always does on a bare host (restart: unless-stopped under compose).
         for i, worker in enumerate(workers):
             if not worker.alive:
                 exits.append(worker.stop())
                 dead.append(worker)
-                workers[i], marks[i] = start(), 0
+                workers[i], marks[i] = start(instances[i]), 0
 
     wait_for_run(engine, run_id, RUN_TIMEOUT_S, tick=supervise)
     # Then the reconciler re-sent what the lost messages held, and the run completed whole

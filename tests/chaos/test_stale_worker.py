@@ -35,6 +35,9 @@ pytestmark = [pytest.mark.chaos, pytest.mark.services]
 
 #: The stale worker's lease: short, so that it runs out while its model call blocks.
 STALE_LEASE_TTL_S = 1.0
+#: The stale worker never renews its lease within the test: a frozen or partitioned
+#: process, whose renewals stop with everything else.
+STALE_RENEW_S = 3600.0
 #: Longest wait for the takeover.
 TAKEOVER_TIMEOUT_S = 60.0
 #: Tables a live worker process writes to on its own (its resource sampler).
@@ -111,6 +114,7 @@ def stale_worker(settings: Settings) -> Iterator[Callable[[ModelTurn], StaleWork
         short = settings.model_copy(
             update={
                 "lease_ttl_s": STALE_LEASE_TTL_S,
+                "lease_renew_s": STALE_RENEW_S,
                 "gemini_timeout_s": 0.5,
                 "limiter_wait_s": 0.2,
             }

@@ -100,10 +100,12 @@ def run_turn(
     if claim is None:
         logger.info("turn %s/%s skipped: not due", session_id, turn_no)
         return TurnOutcome.skipped
-    try:
-        outcome, calls = _play(rt, claim, retries=retries, model=model)
-    except SessionStopped as stop:
-        return _end(rt, claim, stop)
+    # The lease lives as long as this worker does: renewed through the model call.
+    with rt.leases.hold(claim.session_id, claim.epoch):
+        try:
+            outcome, calls = _play(rt, claim, retries=retries, model=model)
+        except SessionStopped as stop:
+            return _end(rt, claim, stop)
     logger.info(
         "turn %s/%s %s in %.2fs (%d calls)",
         session_id,

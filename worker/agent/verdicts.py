@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, true
 
 from worker.agent.events import Feedback
 from worker.agent.profiles import get_profile
@@ -32,6 +33,9 @@ class Handoff:
     content: str
     max_bytes: int
     profile: str
+    epoch: int | None = None
+    """The lease this worker holds to judge it (:func:`claim_handoff`); only its holder
+    records the verdict."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,37 @@ def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | No
     )
 
 
+def claim_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | None:
+    """Take the session's lease to judge ``round_no``, and load what was handed off.
+
+    Returns None when that verification is not due (recorded, or leased by a live worker).
+    """
+    with rt.engine.begin() as conn:
+        claim = lifecycle.claim_verification(
+            conn,
+            session_id=session_id,
+            round_no=round_no,
+            owner=rt.owner,
+            now=rt.clock(),
+            ttl_s=rt.settings.lease_ttl_s,
+        )
+    if claim is None:
+        return None
+    handoff = load_handoff(rt, session_id=session_id, round_no=round_no)
+    return replace(handoff, epoch=claim.epoch) if handoff is not None else None
+
+
+def release_handoff(rt: Runtime, handoff: Handoff, *, retry_in_s: float) -> None:
+    """Give the lease of an unjudged handoff back, so that a retry may claim it."""
+    if handoff.epoch is None:
+        return
+    claim = lifecycle.Claim(handoff.session_id, handoff.round, handoff.epoch, 1, rt.clock())
+    with rt.engine.begin() as conn:
+        lifecycle.release_verification(
+            conn, claim=claim, retry_at=rt.clock() + timedelta(seconds=retry_in_s)
+        )
+
+
 def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
     """Store the verdict and move the session on, exactly once per round.
 
@@ -89,6 +124,7 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
                 s.c.id == handoff.session_id,
                 s.c.status == SessionStatus.verifying.value,
                 s.c.repair_round == handoff.round,
+                true() if handoff.epoch is None else s.c.lease_epoch == handoff.epoch,
             )
             .with_for_update(of=s)
         ).first()

@@ -2,17 +2,20 @@
 
 Redis only wakes workers up: a message may be lost (broker restart), late or duplicated.
 The reconciler looks at the source of truth and sends again whatever is due:
-undispatched outbox rows (a wave start), running sessions whose lease is free and whose
-last dispatch is stale (a lost turn, a dead worker), and sessions waiting on a verdict
-that never came. Sending twice is harmless: a turn claims a lease, a verdict is recorded
-once per round.
+undispatched outbox rows (a wave start), sessions whose lease lapsed or whose owner is a
+dead process on this host (a dead worker), and sessions whose message never came (a lost
+turn or verification). Sending twice is harmless: a turn or a verification claims a
+lease, and only its holder commits.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from datetime import timedelta
+
+import psutil
 
 from worker.fleet.runtime import Runtime
 from worker.store import lifecycle
@@ -35,6 +38,20 @@ def reconcile_once(rt: Runtime) -> int:
     return sent
 
 
+def dead_owners(owners: Iterable[str], *, host: str) -> list[str]:
+    """The lease owners (``host:pid``) that are processes of ``host`` no longer running.
+
+    A worker killed on this host loses its leases at once instead of when they lapse. A
+    pid reused since is taken for alive: that lease then lapses on its own.
+    """
+    dead = []
+    for owner in owners:
+        owner_host, _, pid = owner.rpartition(":")
+        if owner_host == host and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            dead.append(owner)
+    return dead
+
+
 class ReconcilerThread(threading.Thread):
     """Runs :func:`reconcile_once` every ``interval_s`` until stopped."""
 
@@ -45,11 +62,14 @@ class ReconcilerThread(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        while not self._stop_event.wait(self.interval_s):
+        # The first pass runs at once: a worker started after a crash takes over its work.
+        while True:
             try:
                 reconcile_once(self.rt)
             except Exception:  # the database may be restarting; try again next period
                 logger.warning("reconciler pass failed", exc_info=True)
+            if self._stop_event.wait(self.interval_s):
+                return
 
     def stop(self) -> None:
         """Stop after the current pass."""

@@ -13,6 +13,7 @@ from functools import cached_property
 from sqlalchemy import Engine
 
 from worker.fleet.dispatch import Dispatcher
+from worker.fleet.leases import LeaseKeeper
 from worker.models.pricing import PriceTable
 from worker.models.registry import Providers
 from worker.settings import Settings
@@ -37,6 +38,17 @@ class Runtime:
     def __post_init__(self) -> None:
         if self.prices is None:
             self.prices = PriceTable.load(self.settings.prices_file)
+
+    @cached_property
+    def leases(self) -> LeaseKeeper:
+        """Renews the leases of this process's work in flight."""
+        return LeaseKeeper(
+            engine=self.engine,
+            owner=self.owner,
+            ttl_s=self.settings.lease_ttl_s,
+            renew_s=self.settings.lease_renew_s,
+            clock=self.clock,
+        )
 
     @cached_property
     def providers(self) -> Providers:

@@ -6,6 +6,7 @@ transaction, so a turn's effects commit or vanish together.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +26,8 @@ START_WAVE = "start_wave"
 
 @dataclass(frozen=True)
 class Claim:
-    """A turn this worker owns until ``expires_at``, fenced by ``epoch``."""
+    """A turn (or a verification round, as ``turn_no``) this worker owns until
+    ``expires_at``, fenced by ``epoch``."""
 
     session_id: int
     turn_no: int
@@ -71,6 +73,45 @@ def claim_turn(
     if row is None:
         return None
     return Claim(session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at)
+
+
+def claim_verification(
+    conn: Connection, *, session_id: int, round_no: int, owner: str, now: datetime, ttl_s: float
+) -> Claim | None:
+    """Take the session lease to judge what it handed off in ``round_no``.
+
+    Returns None when that verification is not due: its verdict is recorded, or a live
+    worker holds the lease. Only the holder may record the verdict.
+    """
+    expires_at = now + timedelta(seconds=ttl_s)
+    row = conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.repair_round == round_no,
+            sessions.c.status == SessionStatus.verifying.value,
+            (sessions.c.lease_expires_at.is_(None)) | (sessions.c.lease_expires_at < now),
+        )
+        .values(
+            lease_epoch=sessions.c.lease_epoch + 1,
+            lease_owner=owner,
+            lease_expires_at=expires_at,
+        )
+        .returning(sessions.c.lease_epoch)
+    ).first()
+    if row is None:
+        return None
+    return Claim(session_id, round_no, row.lease_epoch, 1, expires_at)
+
+
+def release_verification(conn: Connection, *, claim: Claim, retry_at: datetime) -> bool:
+    """Hand a verification's lease back unjudged (the browser failed), before a retry."""
+    result = conn.execute(
+        update(sessions)
+        .where(sessions.c.id == claim.session_id, sessions.c.lease_epoch == claim.epoch)
+        .values(lease_owner=None, lease_expires_at=None, dispatched_at=retry_at)
+    )
+    return result.rowcount == 1
 
 
 def release_turn(
@@ -185,7 +226,13 @@ def start_repair(conn: Connection, *, session_id: int, repair_round: int, now: d
     conn.execute(
         update(sessions)
         .where(sessions.c.id == session_id, sessions.c.status == SessionStatus.verifying.value)
-        .values(status=SessionStatus.running.value, repair_round=repair_round, dispatched_at=now)
+        .values(
+            status=SessionStatus.running.value,
+            repair_round=repair_round,
+            dispatched_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
     )
 
 
@@ -380,29 +427,56 @@ def reopen_run(conn: Connection, *, run_id: int, now: datetime) -> list[Dispatch
     return [_dispatch_of(row) for row in sorted(rows)]
 
 
+def lease_owners(conn: Connection, *, now: datetime) -> list[str]:
+    """The owners of the live leases of active sessions."""
+    rows = conn.execute(
+        select(sessions.c.lease_owner)
+        .where(
+            sessions.c.status.in_(ACTIVE),
+            sessions.c.lease_owner.is_not(None),
+            sessions.c.lease_expires_at >= now,
+        )
+        .distinct()
+    ).scalars()
+    return [str(owner) for owner in rows]
+
+
 def claim_overdue(
-    conn: Connection, *, now: datetime, stale: datetime, stale_verify: datetime
+    conn: Connection,
+    *,
+    now: datetime,
+    stale: datetime,
+    stale_verify: datetime,
+    dead_owners: Sequence[str] = (),
 ) -> list[Dispatch]:
     """Claim the sessions whose next step should have run by now, to dispatch them again.
 
-    A running session is overdue when its lease is free and its last dispatch is older than
-    ``stale``; a verifying one when its last dispatch is older than ``stale_verify``.
-    Claiming by UPDATE ... RETURNING means two reconcilers never send the same row.
+    A session whose lease lapsed, or whose owner is in ``dead_owners``, lost its worker:
+    it is taken over at once. One with no
+    lease whose last dispatch is older than ``stale`` (running) or ``stale_verify``
+    (verifying) lost its message. Claiming by UPDATE ... RETURNING means two reconcilers
+    never send the same row; the lapsed lease is cleared, so it is sent once.
     """
     s = sessions
     running = s.c.status == SessionStatus.running.value
     verifying = s.c.status == SessionStatus.verifying.value
+    unleased = s.c.lease_expires_at.is_(None)
+    lapsed = (s.c.lease_expires_at < now) | s.c.lease_owner.in_(list(dead_owners))
     rows = conn.execute(
         update(s)
         .where(
-            (
-                running
-                & ((s.c.lease_expires_at.is_(None)) | (s.c.lease_expires_at < now))
-                & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale))
+            (running | verifying)
+            & (
+                lapsed
+                | (running & unleased & (s.c.dispatched_at.is_(None) | (s.c.dispatched_at < stale)))
+                | (
+                    verifying
+                    & unleased
+                    & (s.c.dispatched_at.is_(None) | (s.c.dispatched_at < stale_verify))
+                )
             )
-            | (verifying & ((s.c.dispatched_at.is_(None)) | (s.c.dispatched_at < stale_verify)))
         )
-        .values(dispatched_at=now)
+        .values(dispatched_at=now, lease_owner=None, lease_expires_at=None)
         .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
     ).all()
     return [_dispatch_of(row) for row in sorted(rows)]

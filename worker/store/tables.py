@@ -297,6 +297,17 @@ class Outbox(Base):
     dispatched_at: Mapped[datetime | None] = _ts()
 
 
+class Fleet(Base):
+    """The identity of the fleet this database drives: one random id, made by a migration.
+
+    Every process of a fleet reads it, so tasks of fleets that share a broker never meet.
+    """
+
+    __tablename__ = "fleet"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[datetime] = _ts(nullable=False)
+
+
 def _table(model: type[Base]) -> Table:
     return cast(Table, model.__table__)
 
@@ -315,3 +326,4 @@ caches = _table(Cache)
 ladders = _table(Ladder)
 samples = _table(Sample)
 outbox = _table(Outbox)
+fleet = _table(Fleet)

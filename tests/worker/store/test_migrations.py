@@ -29,6 +29,7 @@ EXPECTED = {
     "outbox",
     "ladders",
     "caches",
+    "fleet",
 }
 
 

@@ -1,0 +1,105 @@
+"""Heartbeated leases: while a worker process lives, the leases of its work in flight do too.
+
+A turn or a verification claims its session's lease for ``lease_ttl_s``; a thread of the
+process renews every lease it holds each ``lease_renew_s`` in one statement. So the TTL
+can be short (a dead worker's work is taken over within seconds) while a long model call
+or a slow render never loses its lease as long as its worker is alive.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, tuple_, update
+
+from worker.store.tables import sessions
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    """Renews the leases this process holds, on a daemon thread that runs while any is held.
+
+    Args:
+        engine: Where the leases are.
+        owner: This process's lease owner name.
+        ttl_s: How long a renewed lease lasts.
+        renew_s: How often the leases are renewed.
+        clock: The current time (UTC).
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        owner: str,
+        ttl_s: float,
+        renew_s: float,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.engine = engine
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self.renew_s = renew_s
+        self.clock = clock
+        self._held: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop_event = threading.Event()
+
+    @contextmanager
+    def hold(self, session_id: int, epoch: int) -> Iterator[None]:
+        """Keep the lease ``(session_id, epoch)`` alive while the block runs."""
+        with self._lock:
+            self._held[session_id] = epoch
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="swarm-leases", daemon=True)
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._held.get(session_id) == epoch:
+                    del self._held[session_id]
+
+    def held(self) -> dict[int, int]:
+        """The leases held now: session id to epoch."""
+        with self._lock:
+            return dict(self._held)
+
+    def renew(self) -> int:
+        """Extend every lease still held by this process; returns how many were renewed."""
+        held = self.held()
+        if not held:
+            return 0
+        expires_at = self.clock() + timedelta(seconds=self.ttl_s)
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(sessions)
+                .where(
+                    tuple_(sessions.c.id, sessions.c.lease_epoch).in_(list(held.items())),
+                    sessions.c.lease_owner == self.owner,
+                )
+                .values(lease_expires_at=expires_at)
+            )
+        return int(result.rowcount)
+
+    def stop(self) -> None:
+        """Stop renewing (leases then lapse on their own)."""
+        self._stop_event.set()
+
+    def _loop(self) -> None:
+        while not self._stop_event.wait(self.renew_s):
+            with self._lock:
+                if not self._held:
+                    # Idle: the next hold starts a new thread (both decided under the lock).
+                    self._thread = None
+                    return
+            try:
+                self.renew()
+            except Exception:  # the database may be restarting; a lease outlives a few misses
+                logger.warning("could not renew %d lease(s)", len(self.held()), exc_info=True)
