@@ -269,11 +269,12 @@ class Sample(Base):
 
 
 class Cache(Base):
-    """A run's explicit context cache at the provider: its stable prefix, created once."""
+    """A run's explicit context cache at the provider: its stable prefix (made again if it
+    expires or is evicted, each in a row of its own)."""
 
     __tablename__ = "caches"
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     model: Mapped[str] = mapped_column(String(64))
     name: Mapped[str] = mapped_column(String(256))
     """The provider's name for it (``cachedContents/...``)."""

@@ -54,13 +54,24 @@ def _provider(engine: Engine, fake: FakeGemini, run_id: int, clock: Clock) -> Ge
 
 
 def _row(engine: Engine, run_id: int) -> tuple[str, datetime | None, datetime | None]:
+    """The run's newest cache: name, expiry and deletion."""
     with engine.connect() as conn:
         name, expires_at, deleted_at = conn.execute(
-            select(caches.c.name, caches.c.expires_at, caches.c.deleted_at).where(
-                caches.c.run_id == run_id
-            )
+            select(caches.c.name, caches.c.expires_at, caches.c.deleted_at)
+            .where(caches.c.run_id == run_id)
+            .order_by(caches.c.id.desc())
+            .limit(1)
         ).one()
     return str(name), expires_at, deleted_at
+
+
+def _names(engine: Engine, run_id: int) -> list[str]:
+    """Every cache the run made, oldest first: each keeps its row, for its storage."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(caches.c.name).where(caches.c.run_id == run_id).order_by(caches.c.id)
+        )
+        return [str(name) for name in rows.scalars()]
 
 
 def test_an_evicted_cache_is_made_again_and_the_turn_goes_on(
@@ -81,6 +92,7 @@ def test_an_evicted_cache_is_made_again_and_the_turn_goes_on(
     name, _, deleted_at = _row(engine, run_id)
     assert fake.caches.created == 2 and name != first and deleted_at is None
     assert fake.served[-1].cache == name
+    assert _names(engine, run_id) == [first, name]
 
 
 def test_sessions_that_find_the_cache_gone_together_make_one_new_cache(
@@ -114,6 +126,7 @@ def test_sessions_that_find_the_cache_gone_together_make_one_new_cache(
     assert fake.caches.created == 2
     name, _, _ = _row(engine, run_id)
     assert {s.cache for s in fake.served if s.status == 200} == {first, name}
+    assert _names(engine, run_id) == [first, name]
 
 
 def test_a_cache_past_its_expiry_is_made_again_before_any_request_names_it(
@@ -135,3 +148,4 @@ def test_a_cache_past_its_expiry_is_made_again_before_any_request_names_it(
     assert name != first and deleted_at is None and later is not None and later > expires_at
     assert fake.caches.created == 2
     assert [s.status for s in fake.served] == [200, 200]
+    assert _names(engine, run_id) == [first, name]

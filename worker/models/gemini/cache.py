@@ -78,13 +78,9 @@ class RunCache:
                 "expires_at": created.expires_at,
                 "deleted_at": None,
             }
-            # One row per run: a cache made again after the last one expired or vanished
-            # takes its place.
-            replaced = conn.execute(
-                update(caches).where(caches.c.run_id == self.run_id).values(**values)
-            ).rowcount
-            if not replaced:
-                conn.execute(insert(caches).values(run_id=self.run_id, **values))
+            # A cache made again after the last one expired or vanished gets a row of its
+            # own: the storage of every cache the run paid for is counted.
+            conn.execute(insert(caches).values(run_id=self.run_id, **values))
         logger.info(
             "run %s: cached its prefix as %s (%d tokens)", self.run_id, created.name, created.tokens
         )
