@@ -101,10 +101,12 @@ def release_handoff(rt: Runtime, handoff: Handoff, *, retry_in_s: float) -> None
     """Give the lease of an unjudged handoff back, so that a retry may claim it."""
     if handoff.epoch is None:
         return
-    claim = lifecycle.Claim(handoff.session_id, handoff.round, handoff.epoch, 1, rt.clock())
     with rt.engine.begin() as conn:
         lifecycle.release_verification(
-            conn, claim=claim, retry_at=rt.clock() + timedelta(seconds=retry_in_s)
+            conn,
+            session_id=handoff.session_id,
+            epoch=handoff.epoch,
+            retry_at=rt.clock() + timedelta(seconds=retry_in_s),
         )
 
 

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import case, insert, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql.elements import ColumnElement
 
 from worker.states import TERMINAL, Outcome, RunStatus, SessionStatus, WaveStatus
 from worker.store.engine import notify_run
@@ -54,22 +55,16 @@ def claim_turn(
     lease is held by a live worker. That is how duplicated and late turn tasks do nothing.
     """
     expires_at = now + timedelta(seconds=ttl_s)
-    row = conn.execute(
-        update(sessions)
-        .where(
-            sessions.c.id == session_id,
-            sessions.c.next_turn == turn_no,
-            sessions.c.status == SessionStatus.running.value,
-            (sessions.c.lease_expires_at.is_(None)) | (sessions.c.lease_expires_at < now),
-        )
-        .values(
-            lease_epoch=sessions.c.lease_epoch + 1,
-            lease_owner=owner,
-            lease_expires_at=expires_at,
-            turn_attempts=sessions.c.turn_attempts + 1,
-        )
-        .returning(sessions.c.lease_epoch, sessions.c.turn_attempts)
-    ).first()
+    row = _take_lease(
+        conn,
+        sessions.c.id == session_id,
+        sessions.c.next_turn == turn_no,
+        sessions.c.status == SessionStatus.running.value,
+        owner=owner,
+        now=now,
+        expires_at=expires_at,
+        turn_attempts=sessions.c.turn_attempts + 1,
+    )
     if row is None:
         return None
     return Claim(session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at)
@@ -84,31 +79,56 @@ def claim_verification(
     worker holds the lease. Only the holder may record the verdict.
     """
     expires_at = now + timedelta(seconds=ttl_s)
-    row = conn.execute(
+    row = _take_lease(
+        conn,
+        sessions.c.id == session_id,
+        sessions.c.repair_round == round_no,
+        sessions.c.status == SessionStatus.verifying.value,
+        owner=owner,
+        now=now,
+        expires_at=expires_at,
+    )
+    if row is None:
+        return None
+    return Claim(session_id, round_no, row.lease_epoch, row.turn_attempts, expires_at)
+
+
+def _take_lease(
+    conn: Connection,
+    *conditions: ColumnElement[bool],
+    owner: str,
+    now: datetime,
+    expires_at: datetime,
+    **values: Any,
+) -> Row[Any] | None:
+    """Move the lease of the session ``conditions`` pick to ``owner``, if it is free.
+
+    A lease is free when no one holds it or it lapsed; taking it bumps the epoch, which
+    fences whoever held it before.
+    """
+    return conn.execute(
         update(sessions)
         .where(
-            sessions.c.id == session_id,
-            sessions.c.repair_round == round_no,
-            sessions.c.status == SessionStatus.verifying.value,
+            *conditions,
             (sessions.c.lease_expires_at.is_(None)) | (sessions.c.lease_expires_at < now),
         )
         .values(
             lease_epoch=sessions.c.lease_epoch + 1,
             lease_owner=owner,
             lease_expires_at=expires_at,
+            **values,
         )
-        .returning(sessions.c.lease_epoch)
+        .returning(sessions.c.lease_epoch, sessions.c.turn_attempts)
     ).first()
-    if row is None:
-        return None
-    return Claim(session_id, round_no, row.lease_epoch, 1, expires_at)
 
 
-def release_verification(conn: Connection, *, claim: Claim, retry_at: datetime) -> bool:
+def release_verification(
+    conn: Connection, *, session_id: int, epoch: int, retry_at: datetime
+) -> bool:
     """Hand a verification's lease back unjudged (the browser failed), before a retry."""
     result = conn.execute(
         update(sessions)
-        .where(sessions.c.id == claim.session_id, sessions.c.lease_epoch == claim.epoch)
+        .where(sessions.c.id == session_id, sessions.c.lease_epoch == epoch)
         .values(lease_owner=None, lease_expires_at=None, dispatched_at=retry_at)
     )
     return result.rowcount == 1
