@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import pytest
+from google import genai
 from google.genai import types
 
 from tests.worker.models.replay import Case, Replay, load, names
@@ -30,6 +31,7 @@ from worker.models.base import ModelRequest, ModelTurn, TokenUsage
 from worker.models.gemini.client import (
     MALFORMED,
     MALFORMED_TEXT,
+    CachedPrefix,
     GeminiModel,
     create_cache,
     make_client,
@@ -180,19 +182,24 @@ def test_explicit_cache_usage_counts_the_cache_as_cached_input() -> None:
     assert PRICES.cost_usd("gemini-2.5-flash-lite", usage) == pytest.approx(expected)
 
 
+def _create_cache(client: genai.Client) -> CachedPrefix:
+    """Cache a small prefix for an hour, as a run's first turn would."""
+    return create_cache(
+        client,
+        model="gemini-2.5-flash",
+        system_instruction="You are terse.",
+        tools=(),
+        tool_mode="AUTO",
+        ttl_s=3600,
+        display_name="swarm run 1",
+    )
+
+
 def test_a_created_cache_gives_its_name_size_and_end_of_life() -> None:
     case = load("200_cache_create")
     with Replay([(case.status, case.body)]) as replay:
         client = make_client(api_key="replay-key", base_url=replay.url, timeout_s=5.0)
-        made = create_cache(
-            client,
-            model="gemini-2.5-flash",
-            system_instruction="You are terse.",
-            tools=(),
-            tool_mode="AUTO",
-            ttl_s=3600,
-            display_name="swarm run 1",
-        )
+        made = _create_cache(client)
     assert made.name == "cachedContents/ez2yh6u6my9gnjvyigtxvnuf6e5qc79vgd7cc668"
     assert made.tokens == 7021
     assert made.expires_at is not None
@@ -210,15 +217,7 @@ def test_a_cache_below_the_minimum_is_refused_for_good() -> None:
     with Replay([(case.status, case.body)]) as replay:
         client = make_client(api_key="replay-key", base_url=replay.url, timeout_s=5.0)
         with pytest.raises(ModelFatal, match="too small") as raised:
-            create_cache(
-                client,
-                model="gemini-2.5-flash",
-                system_instruction="You are terse.",
-                tools=(),
-                tool_mode="AUTO",
-                ttl_s=3600,
-                display_name="swarm run 1",
-            )
+            _create_cache(client)
     assert type(raised.value) is ModelFatal
 
 
