@@ -4,6 +4,10 @@ These run before any browser is started: they are cheap, deterministic and catch
 common ways a first draft goes wrong (too big, no 2D canvas, no animation loop, anything
 loaded from the network). Every :class:`Check` carries a ``detail`` sentence that is shown
 to the agent as a repair hint, so it says what was found and what to do instead.
+
+``no_external_url`` looks for what the page would load (see :mod:`worker.agent.loads`), not
+for URL-looking text: a credit link, a URL in a comment or in a string that nothing loads
+is no failure. The browser, with the network cut, has the final word on what is requested.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from worker.agent.loads import network_loads
 
 __all__ = ["DEFAULT_MAX_BYTES", "Check", "passed", "static_checks"]
 
@@ -27,34 +33,6 @@ _CONTEXT_2D_RE = re.compile(r"""getContext\s*\(\s*(['"`])2d\1""")
 _CANVAS_RE = re.compile(r"""<canvas\b|createElement\s*\(\s*(['"`])canvas\1\s*\)""", re.I)
 # The animation loop; setInterval/setTimeout loops are what this check is meant to refuse.
 _RAF_RE = re.compile(r"\brequestAnimationFrame\b")
-# An absolute URL with a network scheme, wherever it appears: markup, CSS, script and
-# comments alike (conservative). `://` is required, so prose such as "HTTP 5xx" is left alone.
-_ABSOLUTE_URL_RE = re.compile(r"""\b(?:https?|wss?|ftp|file)://[^\s"'`<>()\\]*""", re.I)
-# A protocol-relative `//host` where a URL is expected: a URL-bearing attribute, CSS
-# `url(...)` or an `@import "..."`. The host is whatever follows the slashes.
-_RELATIVE_SLOT_RE = re.compile(
-    r"""(?:\b(?:src|href|srcset|poster|action|formaction|data|background)\s*=\s*["']?"""
-    r"""|\burl\(\s*["']?|@import\s+["'])\s*(//[^\s"'`<>()\\]+)""",
-    re.I,
-)
-# A protocol-relative JS string literal (`fetch('//cdn.example.com/x')`, `import("//…")`).
-# A dotted host is required so that strings like "// TODO" are not mistaken for URLs.
-_RELATIVE_LITERAL_RE = re.compile(r"""["'`](//[\w-]+(?:\.[\w-]+)+[^\s"'`<>()\\]*)""")
-# Script APIs that open a network channel whatever URL they are given.
-_NETWORK_API_RE = re.compile(
-    r"(?:\bnew\s+WebSocket|\bnavigator\s*\.\s*sendBeacon)\s*\([^)\n]{0,80}\)?"
-)
-# XML namespace names look like URLs but are never fetched (inline SVG needs them).
-_NAMESPACE_URIS = frozenset(
-    {
-        "http://www.w3.org/2000/svg",
-        "http://www.w3.org/1999/xhtml",
-        "http://www.w3.org/1999/xlink",
-        "http://www.w3.org/1998/math/mathml",
-        "http://www.w3.org/xml/1998/namespace",
-        "http://www.w3.org/2000/xmlns/",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -143,29 +121,17 @@ def _check_raf_loop(html: str) -> Check:
 
 
 def _check_no_external_url(html: str) -> Check:
-    offending = sorted({_snippet(found) for found in _external_refs(html)})[:MAX_REPORTED_URLS]
+    offending = sorted({_snippet(found) for found in network_loads(html)})[:MAX_REPORTED_URLS]
     if offending:
         detail = (
-            f"Found {len(offending)} external reference(s): {', '.join(offending)}; the page "
-            "must be self-contained, so inline every script, style, font and image (data: "
-            "URLs are fine), use system fonts, and remove all network calls."
+            f"The page loads {len(offending)} resource(s) from the network: "
+            f"{', '.join(offending)}; it must be self-contained, so inline every script, "
+            "style, font and image (data: URLs are fine), use system fonts, and remove all "
+            "network calls (links and comments may name URLs; nothing may load them)."
         )
     else:
-        detail = "No external URL was found; the page is self-contained."
+        detail = "Nothing is loaded from the network; the page is self-contained."
     return Check("no_external_url", not offending, offending, detail)
-
-
-def _external_refs(html: str) -> Iterable[str]:
-    """Yield every remote URL or network API call found anywhere in the page."""
-    for match in _ABSOLUTE_URL_RE.finditer(html):
-        url = match.group(0).rstrip(".,;:!?")
-        if url.lower() not in _NAMESPACE_URIS:
-            yield url
-    for pattern in (_RELATIVE_SLOT_RE, _RELATIVE_LITERAL_RE):
-        for match in pattern.finditer(html):
-            yield match.group(1).rstrip(".,;:!?")
-    for match in _NETWORK_API_RE.finditer(html):
-        yield match.group(0)
 
 
 def _snippet(text: str) -> str:

@@ -1,0 +1,351 @@
+"""What an artifact would load from the network, found by parsing it, not by pattern.
+
+The page is parsed as a browser reads it: markup with the standard library's
+:class:`html.parser.HTMLParser`, scripts and styles with tree-sitter's JavaScript and CSS
+grammars. Only the places that make a browser fetch something count:
+
+* markup: ``src`` (and ``srcset``, ``poster``, ``data``, ``background``) of the elements that
+  load them, and ``href`` only where the element loads it (``<link rel=stylesheet>``, icons,
+  preloads and preconnects, SVG ``<image>`` and ``<use>``), never ``<a href>``;
+* styles (``<style>``, ``style=`` and CSS in script strings): ``url()``, ``image-set()`` and
+  ``@import``;
+* scripts (``<script>``, ``on*=`` handlers and markup in script strings): the targets of
+  ``fetch``, ``XMLHttpRequest.open``, ``import`` and ``import()``, ``importScripts``,
+  ``new EventSource/Worker/SharedWorker/Audio/Request``, ``.src``/``.srcset``/``.poster``
+  assignments (``new Image().src``) and ``setAttribute('src', ...)``; any
+  ``new WebSocket(...)`` or ``navigator.sendBeacon(...)``, whatever its argument.
+
+A target is remote when its leading text is an absolute network URL (``https://``, ``wss://``,
+``ftp://``, ``file://``) or protocol-relative (``//host``); a script target may be a literal,
+a template, a concatenation that starts with one, or a variable bound to one. A URL in a link,
+a comment, or a string that nothing loads is not a load. This is the cheap first look; the
+browser's network cut, which sees every request actually made, has the final word.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import cache
+from html.parser import HTMLParser
+
+import tree_sitter_css
+import tree_sitter_javascript
+from tree_sitter import Language, Node, Parser, Query, QueryCursor
+
+__all__ = ["network_loads"]
+
+#: Text that, at the start of a load's target, reaches the network.
+_REMOTE_RE = re.compile(r"^\s*(?:(?:https?|wss?|ftp|file):)?//", re.I)
+#: Attributes that load their URL, per element.
+_LOADING_ATTRS: dict[str, tuple[str, ...]] = {
+    "script": ("src",),
+    "img": ("src", "srcset"),
+    "iframe": ("src",),
+    "frame": ("src",),
+    "embed": ("src",),
+    "source": ("src", "srcset"),
+    "video": ("src", "poster"),
+    "audio": ("src",),
+    "track": ("src",),
+    "object": ("data",),
+    "input": ("src",),
+    "image": ("href", "xlink:href"),
+    "use": ("href", "xlink:href"),
+    "feimage": ("href", "xlink:href"),
+    "body": ("background",),
+    "table": ("background",),
+    "td": ("background",),
+    "th": ("background",),
+}
+#: ``<link rel>`` values that make the browser fetch (or connect to) the ``href``.
+_LOADING_RELS = frozenset(
+    {
+        "stylesheet",
+        "icon",
+        "apple-touch-icon",
+        "apple-touch-icon-precomposed",
+        "mask-icon",
+        "manifest",
+        "preload",
+        "prefetch",
+        "modulepreload",
+        "preconnect",
+        "dns-prefetch",
+        "prerender",
+        "import",
+    }
+)
+#: ``<script type>`` values whose text is JavaScript.
+_JS_TYPES = frozenset(
+    {"", "module", "text/javascript", "application/javascript", "text/ecmascript"}
+)
+#: Constructors whose first argument is fetched.
+_LOADING_CONSTRUCTORS = frozenset({"EventSource", "Worker", "SharedWorker", "Audio", "Request"})
+#: Properties whose assignment loads the value.
+_LOADING_PROPERTIES = frozenset({"src", "srcset", "poster"})
+#: Attribute names that ``setAttribute`` makes load.
+_LOADING_SET_ATTRS = frozenset({"src", "srcset", "poster", "data", "background"})
+#: First argument of ``XMLHttpRequest.open``.
+_HTTP_METHOD_RE = re.compile(r"^(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS)$", re.I)
+#: A script string that holds markup with at least one element.
+_MARKUP_RE = re.compile(r"<[a-zA-Z][\w:-]*[\s/>]")
+#: Markup inside script strings inside markup is followed this many levels deep.
+_MAX_DEPTH = 3
+
+
+def network_loads(html: str) -> list[str]:
+    """Every remote load in ``html``, in document order, repeats included.
+
+    Args:
+        html: A whole page, or a fragment of markup.
+
+    Returns:
+        The remote URLs the page would load, or the call itself (``new WebSocket(url)``)
+        where the call reaches the network whatever its argument.
+    """
+    return list(_html_loads(html, depth=0))
+
+
+class _Markup(HTMLParser):
+    """Collects loads from markup; script and style text is handed to their parsers."""
+
+    def __init__(self, depth: int) -> None:
+        super().__init__(convert_charrefs=True)
+        self.depth = depth
+        self.found: list[str] = []
+        self._raw: tuple[str, str] | None = None  # ("script"|"style", type) being read
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {name: value or "" for name, value in attrs}
+        targets = [values[name] for name in _LOADING_ATTRS.get(tag, ()) if name in values]
+        if "srcset" in values and "srcset" in _LOADING_ATTRS.get(tag, ()):
+            # candidates are "url 1x, url 2x": a candidate's URL is its first word
+            targets.remove(values["srcset"])
+            targets += [c.split()[0] for c in values["srcset"].split(",") if c.split()]
+        rels = set(values.get("rel", "").lower().split())
+        if tag == "link" and rels & _LOADING_RELS:
+            targets.append(values.get("href", ""))
+        self.found.extend(_remote(targets))
+        if "style" in values:
+            self.found.extend(_css_loads(values["style"], declarations=True))
+        for name, value in values.items():
+            if name.startswith("on"):
+                self.found.extend(_js_loads(value, depth=self.depth))
+        if tag in ("script", "style"):
+            self._raw, self._text = (tag, values.get("type", "").strip().lower()), []
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        if tag in ("script", "style"):
+            self._raw = None
+
+    def handle_data(self, data: str) -> None:
+        if self._raw is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._raw is not None and tag == self._raw[0]:
+            self.finish()
+
+    def finish(self) -> None:
+        """Judge the script or style being read (also one left open at the end)."""
+        if self._raw is None:
+            return
+        (kind, kind_type), text = self._raw, "".join(self._text)
+        self._raw = None
+        if kind == "style":
+            self.found.extend(_css_loads(text, declarations=False))
+        elif kind_type in _JS_TYPES:
+            self.found.extend(_js_loads(text, depth=self.depth))
+
+
+def _html_loads(html: str, *, depth: int) -> list[str]:
+    markup = _Markup(depth)
+    markup.feed(html)
+    markup.close()
+    markup.finish()
+    return markup.found
+
+
+#: The nodes each grammar's scan looks at, found by tree-sitter's query engine (walking
+#: every node from Python would cost a few hundred milliseconds on a large page).
+_QUERIES = {
+    "css": "(import_statement) @import (call_expression) @call",
+    "js": """
+        (variable_declarator) @bind (assignment_expression) @bind
+        (call_expression) @call (new_expression) @new (assignment_expression) @assign
+        (import_statement) @import (export_statement) @import
+        (string) @string (template_string) @string
+    """,
+}
+
+
+@cache
+def _grammar(name: str) -> tuple[Parser, Query]:
+    module = tree_sitter_css if name == "css" else tree_sitter_javascript
+    language = Language(module.language())
+    return Parser(language), Query(language, _QUERIES[name])
+
+
+def _nodes(name: str, source: str) -> dict[str, list[Node]]:
+    """The nodes of ``source`` that the grammar's query captures, by capture name."""
+    parser, query = _grammar(name)
+    return QueryCursor(query).captures(parser.parse(source.encode("utf-8")).root_node)
+
+
+def _text(node: Node | None) -> str:
+    return node.text.decode("utf-8", "replace") if node is not None and node.text else ""
+
+
+# --- CSS -----------------------------------------------------------------------------------
+
+
+def _css_loads(css: str, *, declarations: bool) -> Iterator[str]:
+    """Remote ``url()``, ``image-set()`` and ``@import`` targets of a stylesheet or style."""
+    nodes = _nodes("css", f"a{{{css}}}" if declarations else css)
+    for node in nodes.get("import", []):
+        yield from _remote([_css_string(c) for c in node.named_children])
+    for node in nodes.get("call", []):
+        name = next((_text(c) for c in node.children if c.type == "function_name"), "").lower()
+        arguments = next((c for c in node.named_children if c.type == "arguments"), None)
+        if arguments is None:
+            continue
+        if name == "url":
+            yield from _remote([_text(arguments)[1:-1].strip().strip("'\"")])
+        elif name in ("image-set", "-webkit-image-set"):
+            yield from _remote([_css_string(c) for c in arguments.named_children])
+
+
+def _css_string(node: Node) -> str:
+    if node.type != "string_value":
+        return ""
+    return "".join(_text(c) for c in node.named_children if c.type == "string_content")
+
+
+def _remote(targets: list[str]) -> Iterator[str]:
+    for target in targets:
+        if _REMOTE_RE.match(target):
+            yield target.strip()
+
+
+# --- JavaScript ----------------------------------------------------------------------------
+
+
+def _js_loads(source: str, *, depth: int) -> Iterator[str]:
+    """Remote targets of the script's loading calls, and of markup or CSS in its strings."""
+    nodes = _nodes("js", source)
+    bindings = _string_bindings(nodes.get("bind", []))
+    for node in nodes.get("call", []):
+        yield from _call_loads(node, bindings)
+    for node in nodes.get("new", []):
+        yield from _new_loads(node, bindings)
+    for node in nodes.get("import", []):
+        yield from _remote(_leading(node.child_by_field_name("source"), bindings))
+    for node in nodes.get("assign", []):
+        if _property(node.child_by_field_name("left")) in _LOADING_PROPERTIES:
+            yield from _remote(_leading(node.child_by_field_name("right"), bindings))
+    if depth < _MAX_DEPTH:
+        for node in nodes.get("string", []):
+            yield from _embedded_loads(_string_text(node), depth=depth + 1)
+
+
+def _call_loads(node: Node, bindings: dict[str, list[str]]) -> Iterator[str]:
+    function = node.child_by_field_name("function")
+    args = _arguments(node)
+    name = _property(function) if function is not None else ""
+    if (function is not None and function.type == "import") or name in ("fetch", "importScripts"):
+        for arg in args if name == "importScripts" else args[:1]:
+            yield from _remote(_leading(arg, bindings))
+    elif name == "open" and len(args) >= 2 and _HTTP_METHOD_RE.match(_string_text(args[0])):
+        yield from _remote(_leading(args[1], bindings))
+    elif name == "setAttribute" and len(args) >= 2:
+        if _string_text(args[0]).lower() in _LOADING_SET_ATTRS:
+            yield from _remote(_leading(args[1], bindings))
+    elif name == "sendBeacon":
+        yield _text(node)
+
+
+def _new_loads(node: Node, bindings: dict[str, list[str]]) -> Iterator[str]:
+    name = _property(node.child_by_field_name("constructor"))
+    args = _arguments(node)
+    if name == "WebSocket":
+        urls = list(_remote(_leading(args[0], bindings))) if args else []
+        yield from urls or [_text(node)]
+    elif name in _LOADING_CONSTRUCTORS and args:
+        yield from _remote(_leading(args[0], bindings))
+
+
+def _arguments(node: Node) -> list[Node]:
+    args = node.child_by_field_name("arguments")
+    return [a for a in args.named_children if a.type != "comment"] if args is not None else []
+
+
+def _property(node: Node | None) -> str:
+    """The called or assigned name: ``fetch`` of ``window.fetch``, ``src`` of ``img.src``."""
+    if node is None:
+        return ""
+    if node.type == "identifier":
+        return _text(node)
+    if node.type == "member_expression":
+        return _text(node.child_by_field_name("property"))
+    return ""
+
+
+def _string_text(node: Node) -> str:
+    """A string literal's text, or a template's with each ``${...}`` left as is."""
+    if node.type == "string":
+        return "".join(_text(c) for c in node.named_children)
+    if node.type == "template_string":
+        return _text(node)[1:-1]
+    return ""
+
+
+def _leading(node: Node | None, bindings: dict[str, list[str]]) -> list[str]:
+    """The texts an expression can start with: its literal, or its left-most operand's."""
+    if node is None:
+        return []
+    if node.type in ("string", "template_string"):
+        return [_string_text(node)]
+    if node.type == "binary_expression":
+        return _leading(node.child_by_field_name("left"), bindings)
+    if node.type == "parenthesized_expression":
+        return _leading(node.named_children[0] if node.named_children else None, bindings)
+    if node.type == "ternary_expression":
+        return [
+            *_leading(node.child_by_field_name("consequence"), bindings),
+            *_leading(node.child_by_field_name("alternative"), bindings),
+        ]
+    if node.type == "identifier":
+        return bindings.get(_text(node), [])
+    return []
+
+
+def _string_bindings(nodes: list[Node]) -> dict[str, list[str]]:
+    """Names bound to string expressions anywhere in the script (``const API = "https:…"``)."""
+    bindings: dict[str, list[str]] = {}
+    for node in nodes:
+        if node.type == "variable_declarator":
+            name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        elif node.type == "assignment_expression":
+            name, value = node.child_by_field_name("left"), node.child_by_field_name("right")
+        else:
+            continue
+        if name is not None and name.type == "identifier":
+            bindings.setdefault(_text(name), []).extend(_leading(value, {}))
+    return bindings
+
+
+def _embedded_loads(text: str, *, depth: int) -> Iterator[str]:
+    """Loads of markup (``innerHTML``) or CSS (``style.background``) held in a string."""
+    if _MARKUP_RE.search(text):
+        yield from _html_loads(text, depth=depth)
+    elif "url(" in text or "@import" in text:
+        if "@import" in text:
+            yield from _css_loads(text, declarations=False)
+            return
+        # `style.cssText = "background: url(…)"` holds declarations, `style.background =
+        # "url(…)"` a value: read it both ways, once each.
+        found = [*_css_loads(text, declarations=True), *_css_loads(f"x:{text}", declarations=True)]
+        yield from dict.fromkeys(found)
