@@ -29,7 +29,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Playwright, async_playwright
 from pyvirtualdisplay.display import Display
 
-from verifier.page import BrowserReport, measure_page
+from verifier.page import JUDGED_S, WARMUP_S, BrowserReport, measure_page
 from worker.errors import BrowserUnavailable
 
 __all__ = ["Browser", "BrowserReport", "BrowserUnavailable", "DisplayMode", "default_executable"]
@@ -142,13 +142,15 @@ class Browser:
     ) -> None:
         self.close()
 
-    def measure(self, html: str, *, warmup_s: float = 0.5, measure_s: float = 2.0) -> BrowserReport:
+    def measure(
+        self, html: str, *, warmup_s: float = WARMUP_S, measure_s: float = JUDGED_S
+    ) -> BrowserReport:
         """Measure one artifact in a fresh offline context; blocks until done.
 
         Args:
             html: The artifact, a complete HTML document.
             warmup_s: Seconds the page runs before measuring starts.
-            measure_s: Length of the measurement window in seconds.
+            measure_s: Seconds the page is judged for; its last part is the late window.
 
         Returns:
             What the page did; artifact failures (including a crashed tab) are in the report.

@@ -19,7 +19,15 @@ from worker.settings import DEFAULT_VERIFY_MIN_FPS
 if TYPE_CHECKING:
     from verifier.browser import Browser, BrowserReport
 
-__all__ = ["DEFAULT_MIN_FPS", "MIN_OWN_LOOP_SHARE", "Verdict", "browser_checks", "judge", "starved"]
+__all__ = [
+    "DEFAULT_MIN_FPS",
+    "MIN_KEEP_RUNNING_RATIO",
+    "MIN_OWN_LOOP_SHARE",
+    "Verdict",
+    "browser_checks",
+    "judge",
+    "starved",
+]
 
 #: Frames per second the page's own animation loop must reach.
 DEFAULT_MIN_FPS = DEFAULT_VERIFY_MIN_FPS
@@ -29,6 +37,10 @@ CHEAP_FRAME_MS = 8.0
 HOST_SATURATED = 0.9
 #: Share of display frames in which the page's own rAF loop must run.
 MIN_OWN_LOOP_SHARE = 0.9
+#: In the late window the page's loop must run in at least this share of the display frames
+#: it ran in before (as a share of display frames, so a machine that slows down as a whole
+#: does not count as the page slowing down).
+MIN_KEEP_RUNNING_RATIO = 0.5
 #: At most this many URLs or messages are quoted in a detail sentence.
 _QUOTED = 3
 
@@ -136,6 +148,8 @@ def starved(
     """
     if not report.measured or report.window_s <= 0 or report.page_frames == 0:
         return False
+    if _stopped(report):  # the page ended its own loop; no machine is to blame for that
+        return False
     if report.fps >= min_fps:
         return False
     display_fps = report.display_frames / report.window_s
@@ -151,12 +165,14 @@ def browser_checks(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS) -
         min_fps: Frames per second the page's own loop must reach.
 
     Returns:
-        ``fps``, ``own_loop_share``, ``canvas_changes``, ``no_page_errors``,
-        ``no_blocked_requests``, ``no_popups``, ``no_sockets``, ``screenshot_not_blank``.
+        ``fps``, ``own_loop_share``, ``loop_keeps_running``, ``canvas_changes``,
+        ``no_page_errors``, ``no_blocked_requests``, ``no_popups``, ``no_sockets``,
+        ``screenshot_not_blank``.
     """
     return [
         _fps(report, min_fps),
         _own_loop_share(report),
+        _loop_keeps_running(report),
         _canvas_changes(report),
         _no_page_errors(report),
         _no_blocked_requests(report),
@@ -175,6 +191,55 @@ _UNMEASURED = (
     "The page could not be measured because it hung, crashed or navigated away (see "
     "no_page_errors); fix that first."
 )
+_NEVER_RAN = (
+    "The page's own requestAnimationFrame callbacks never ran while it was judged; keep the "
+    "animation going by calling requestAnimationFrame(frame) again at the end of every frame "
+    "callback."
+)
+_KEEP_GOING = (
+    "a dashboard must keep animating for as long as it is open, so do not end the loop after "
+    "a number of frames, a timeout or a finished intro: call requestAnimationFrame(frame) at "
+    "the end of every frame callback, unconditionally."
+)
+
+
+def _needs_input(report: BrowserReport) -> bool:
+    """Whether the page listens for input and its own loop did not run without it."""
+    return bool(report.input_listeners) and report.late_fps == 0 and report.fps < 1.0
+
+
+def _input_hint(report: BrowserReport) -> str:
+    kinds = ", ".join(report.input_listeners[:_QUOTED])
+    return (
+        f"The page does not animate on its own: it waits for input (it listens for {kinds}), "
+        "and no mouse, touch or keyboard input reaches it while it is judged; start the "
+        "requestAnimationFrame loop when the page loads and keep it running without any "
+        "input (input may change what is shown, never whether it moves)."
+    )
+
+
+def _still(report: BrowserReport) -> str | None:
+    """The hint for a page whose own loop did not run at all, or None if it ran."""
+    if not report.measured:
+        return _UNMEASURED
+    if _needs_input(report):
+        return _input_hint(report)
+    if report.page_frames == 0:
+        return _NEVER_RAN
+    return None
+
+
+def _stopped(report: BrowserReport) -> bool:
+    """Whether the page's loop ran and then stopped before the late window."""
+    return report.page_frames > 0 and report.late_fps == 0
+
+
+def _stopped_hint(report: BrowserReport) -> str:
+    when = f"{report.last_frame_s:.1f} s" if report.last_frame_s is not None else "soon"
+    return (
+        f"The page's animation loop stopped {when} after load and did not run again up to "
+        f"{report.judged_until_s:.1f} s; {_KEEP_GOING}"
+    )
 
 
 def _fps(report: BrowserReport, min_fps: float) -> Check:
@@ -182,13 +247,13 @@ def _fps(report: BrowserReport, min_fps: float) -> Check:
     display_fps = report.display_frames / report.window_s if report.window_s > 0 else 0.0
     if fps >= min_fps:
         detail = f"The page's requestAnimationFrame loop ran at {fps:g} fps ({min_fps:g} needed)."
-    elif not report.measured:
-        detail = _UNMEASURED
-    elif report.page_frames == 0:
+    elif (still := _still(report)) is not None:
+        detail = still
+    elif _stopped(report):
         detail = (
-            "The page's own requestAnimationFrame callbacks never ran while it was measured; "
-            "keep the animation going by calling requestAnimationFrame(frame) again at the end "
-            "of every frame callback."
+            f"The page's animation loop ran at only {fps:g} fps ({min_fps:g} needed) over the "
+            f"{report.window_s:.1f} s it was judged because it stopped "
+            f"{report.last_frame_s or 0:.1f} s after load; {_KEEP_GOING}"
         )
     elif display_fps >= min_fps:
         detail = (
@@ -209,9 +274,9 @@ def _own_loop_share(report: BrowserReport) -> Check:
     share = round(report.own_loop_share, 3)
     ok = share >= MIN_OWN_LOOP_SHARE
     if ok:
-        detail = f"The page's own loop ran in {share:.0%} of display frames."
-    elif not report.measured:
-        detail = _UNMEASURED
+        detail = f"The page's own loop ran in {share:.0%} of display frames while it ran."
+    elif (still := _still(report)) is not None:
+        detail = still
     else:
         detail = (
             f"The page's own loop ran in only {share:.0%} of display frames "
@@ -222,9 +287,36 @@ def _own_loop_share(report: BrowserReport) -> Check:
     return Check("own_loop_share", ok, share, detail)
 
 
+def _loop_keeps_running(report: BrowserReport) -> Check:
+    late = round(report.late_fps, 1)
+    ok = late > 0 and report.late_share >= MIN_KEEP_RUNNING_RATIO * report.early_share
+    start = report.judged_until_s - report.late_window_s
+    if ok:
+        detail = (
+            f"The page's own loop was still running {start:.1f}-{report.judged_until_s:.1f} s "
+            f"after load, at {late:g} fps."
+        )
+    elif (still := _still(report)) is not None:
+        detail = still
+    elif _stopped(report):
+        detail = _stopped_hint(report)
+    else:
+        detail = (
+            f"From {start:.1f} s after load the page's own loop ran in only "
+            f"{report.late_share:.0%} of display frames, down from {report.early_share:.0%} "
+            "before; keep requesting every frame with requestAnimationFrame for as long as the "
+            "page is open, without pauses or a slower mode later on."
+        )
+    return Check("loop_keeps_running", ok, late, detail)
+
+
 def _canvas_changes(report: BrowserReport) -> Check:
-    if report.canvas_changed:
-        detail = "The canvas pixels changed while the page was measured."
+    late_from = report.judged_until_s - report.change_span_s
+    if report.canvas_changed_late:
+        detail = (
+            f"The canvas pixels were still changing {late_from:.1f}-"
+            f"{report.judged_until_s:.1f} s after load."
+        )
     elif not report.measured:
         detail = _UNMEASURED
     elif report.canvas_size is None:
@@ -232,13 +324,27 @@ def _canvas_changes(report: BrowserReport) -> Check:
             "No <canvas> element was in the document while the page was measured; add a "
             "visible canvas and draw into it every frame."
         )
+    elif _needs_input(report):
+        detail = _input_hint(report)
+    elif report.canvas_changed and report.last_change_s is not None:
+        cause = (
+            f"because its animation loop stopped at {report.last_frame_s or 0:.1f} s (see "
+            "loop_keeps_running)"
+            if _stopped(report)
+            else "although its loop kept running; draw something that moves or changes in "
+            "every frame, for as long as the page is open"
+        )
+        detail = (
+            f"The canvas stopped changing {report.last_change_s:.1f} s after load and showed "
+            f"the same pixels from then up to {report.judged_until_s:.1f} s, {cause}."
+        )
     else:
         width, height = report.canvas_size
         detail = (
             f"The largest canvas ({width}x{height}) showed exactly the same pixels throughout "
             "the measurement; redraw it every frame with something that moves or changes."
         )
-    return Check("canvas_changes", report.canvas_changed, report.canvas_changed, detail)
+    return Check("canvas_changes", report.canvas_changed_late, report.canvas_changed_late, detail)
 
 
 def _no_page_errors(report: BrowserReport) -> Check:

@@ -30,8 +30,19 @@ logger = logging.getLogger(__name__)
 ARTIFACT_URL = "http://artifact.invalid/"
 #: Viewport of every measurement context.
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
-#: Canvas hashes taken during the window, after the one at its start.
-CANVAS_SAMPLES = 3
+#: Seconds the page runs after load before it is judged.
+WARMUP_S = 0.5
+#: Seconds the page is judged for, from the end of the warm-up. A dashboard must keep
+#: animating, so the judged time reaches well past the first seconds after load, where a
+#: loop that stops after a few hundred frames still looks healthy.
+JUDGED_S = 5.0
+#: The last seconds of the judged time, in which the page's own loop must still be running.
+LATE_WINDOW_S = 0.5
+#: The canvas must change between two hashes taken within this many last seconds (long
+#: enough for a dashboard that redraws its figures once a second).
+LATE_CHANGE_S = 1.0
+#: Seconds between two hashes of the largest canvas.
+HASH_EVERY_S = 0.5
 #: Longest wait for the artifact's ``load`` event.
 LOAD_TIMEOUT_S = 10.0
 #: Slack on top of warm-up plus window before a page counts as unresponsive.
@@ -51,17 +62,31 @@ class BrowserReport:
     Attributes:
         measured: Whether the in-page measurement completed (False if the page hung,
             crashed or navigated away first; the frame and canvas figures are then zero).
-        window_s: Length of the measurement window as the page's clock saw it.
-        fps: Frames per second in which the page's own rAF callbacks ran.
+        window_s: Length of the judged time as the page's clock saw it.
+        fps: Frames per second in which the page's own rAF callbacks ran, over the whole
+            judged time (a loop that stops early counts its silence).
         callbacks_per_s: The page's rAF callbacks per second (several loops count apart).
         script_ms_per_frame: Milliseconds the page's rAF callbacks took per frame they ran in.
-        own_loop_share: Share of display frames (counted by the probe) in which the page ran.
+        own_loop_share: Share of display frames (counted by the probe) in which the page ran,
+            up to its last frame: how well its own loop drove the frames while it ran.
         display_frames: Display frames the probe's own rAF loop saw.
         page_frames: Frames in which at least one of the page's rAF callbacks ran.
-        draw_calls: Calls to 2D drawing and path methods during the window.
+        draw_calls: Calls to 2D drawing and path methods during the judged time.
         contexts_2d: ``getContext('2d')`` calls since the page started.
         canvas_size: Width and height of the largest canvas, or None without a canvas.
-        canvas_changed: Whether that canvas's pixels changed over the window.
+        canvas_changed: Whether that canvas's pixels changed at all while judged.
+        late_window_s: Length of the late window, the end of the judged time.
+        late_fps: Frames per second the page's own loop ran at in the late window.
+        late_share: Share of the late window's display frames in which the page's loop ran.
+        early_share: The same share before the late window (a busy machine lowers both
+            frame rates alike, not this share).
+        last_frame_s: Seconds after load of the page's last rAF callback (None: never ran).
+        change_span_s: The last seconds of the judged time in which the canvas must change.
+        canvas_changed_late: Whether the canvas changed between two hashes in that span.
+        last_change_s: Seconds after load of the last canvas change seen (None: never).
+        judged_until_s: Seconds after load at which the judged time ended.
+        inputs_blocked: Trusted input events kept from the page.
+        input_listeners: Input events the page listens for (``mousemove``, ...).
         errors: Uncaught exceptions, console errors and crash or hang notes.
         blocked_requests: URLs the page tried to load besides its own document.
         window_opens: URLs passed to ``window.open`` (always refused).
@@ -94,6 +119,17 @@ class BrowserReport:
     screenshot_png: bytes | None = field(repr=False)
     screenshot_blank: bool | None
     elapsed_s: float
+    late_window_s: float
+    late_fps: float
+    late_share: float
+    early_share: float
+    last_frame_s: float | None
+    change_span_s: float
+    canvas_changed_late: bool
+    last_change_s: float | None
+    judged_until_s: float
+    inputs_blocked: int
+    input_listeners: tuple[str, ...]
 
 
 @dataclass
@@ -193,10 +229,13 @@ async def _run_probe(
     is_alive: Callable[[], bool],
 ) -> dict[str, Any] | None:
     budget_s = warmup_s + measure_s + RESPONSE_SLACK_S
+    late_s = min(LATE_WINDOW_S, measure_s / 2)
+    change_s = min(LATE_CHANGE_S, measure_s)
+    args = [warmup_s, measure_s, late_s, min(HASH_EVERY_S, change_s / 2), change_s]
     try:
         await page.goto(ARTIFACT_URL, wait_until="load", timeout=LOAD_TIMEOUT_S * 1000)
         logger.debug("loaded artifact (%d bytes)", len(seen.html))
-        call = page.evaluate(MEASURE_CALL, [warmup_s * 1000, measure_s * 1000, CANVAS_SAMPLES])
+        call = page.evaluate(MEASURE_CALL, [seconds * 1000 for seconds in args])
         raw: dict[str, Any] = await asyncio.wait_for(call, timeout=budget_s)
     except (PlaywrightError, TimeoutError) as exc:
         _blame_page(exc, seen, is_alive=is_alive)
@@ -246,20 +285,22 @@ def _report(
     raw: dict[str, Any], seen: _Observations, png: bytes | None, *, elapsed_s: float
 ) -> BrowserReport:
     window_s = float(raw.get("elapsedMs", 0.0)) / 1000
+    late_s = float(raw.get("lateMs", 0.0)) / 1000
     display_frames = int(raw.get("displayFrames", 0))
     page_frames = int(raw.get("pageFrames", 0))
+    late_frames = int(raw.get("latePageFrames", 0))
+    late_display = int(raw.get("lateDisplayFrames", 0))
+    running = int(raw.get("displayFramesRunning", 0))
     canvas = raw.get("canvas")
     return BrowserReport(
         measured=bool(raw),
         window_s=window_s,
-        fps=page_frames / window_s if window_s > 0 else 0.0,
-        callbacks_per_s=int(raw.get("callbacks", 0)) / window_s if window_s > 0 else 0.0,
+        fps=_per_s(page_frames, window_s),
+        callbacks_per_s=_per_s(int(raw.get("callbacks", 0)), window_s),
         script_ms_per_frame=(
-            float(raw.get("callbackMs", 0.0)) / int(raw["pageFrames"])
-            if raw.get("pageFrames")
-            else 0.0
+            float(raw.get("callbackMs", 0.0)) / page_frames if page_frames else 0.0
         ),
-        own_loop_share=int(raw.get("sharedFrames", 0)) / display_frames if display_frames else 0.0,
+        own_loop_share=int(raw.get("sharedFramesRunning", 0)) / running if running else 0.0,
         display_frames=display_frames,
         page_frames=page_frames,
         draw_calls=int(raw.get("draws", 0)),
@@ -275,4 +316,27 @@ def _report(
         screenshot_png=png,
         screenshot_blank=png_is_blank(png) if png is not None else None,
         elapsed_s=elapsed_s,
+        late_window_s=late_s,
+        late_fps=_per_s(late_frames, late_s),
+        late_share=_share(late_frames, late_display),
+        early_share=_share(page_frames - late_frames, display_frames - late_display),
+        last_frame_s=_seconds(raw.get("lastFrameMs")),
+        change_span_s=float(raw.get("changeSpanMs", 0.0)) / 1000,
+        canvas_changed_late=bool(raw.get("canvasChangedLate", False)),
+        last_change_s=_seconds(raw.get("lastChangeMs")),
+        judged_until_s=(float(raw.get("warmupMs", 0.0)) / 1000 + window_s) if raw else 0.0,
+        inputs_blocked=int(raw.get("inputsBlocked", 0)),
+        input_listeners=tuple(str(kind) for kind in raw.get("inputListeners", [])),
     )
+
+
+def _per_s(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else 0.0
+
+
+def _share(part: int, whole: int) -> float:
+    return min(1.0, part / whole) if whole > 0 else 0.0
+
+
+def _seconds(ms: object) -> float | None:
+    return float(ms) / 1000 if isinstance(ms, (int, float)) else None

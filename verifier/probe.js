@@ -11,10 +11,28 @@
   const C2D = CanvasRenderingContext2D.prototype;
   const getImageData = C2D.getImageData;
   const stringify = JSON.stringify;
+  const addListener = EventTarget.prototype.addEventListener;
   const rec = { on: false, frozen: false, callbacks: 0, pageTs: new Set(), probeTs: [], draws: 0,
-                cbMs: 0 };
-  const log = { ctx2d: 0, opens: [], sockets: [] };
+                cbMs: 0, lastTs: null };
+  const log = { ctx2d: 0, opens: [], sockets: [], inputs: 0, listens: new Set() };
   const contexts = new WeakMap();
+
+  // Input must not start or drive the page while it is judged: headless Chromium moves a
+  // trusted pointer to (0,0) just after load, which would start a loop that waits for the
+  // first mousemove. The capturing listener on window is registered before any of the
+  // page's, so stopping the event there keeps it from every handler of the page.
+  const inputTypes = new Set(__INPUTS__);
+  for (const type of inputTypes) {
+    addListener.call(W, type, (e) => {
+      if (!e.isTrusted) return;
+      log.inputs++;
+      e.stopImmediatePropagation();
+    }, true);
+  }
+  EventTarget.prototype.addEventListener = function addEventListener(type, ...rest) {
+    if (inputTypes.has(type)) log.listens.add(type);
+    return addListener.call(this, type, ...rest);
+  };
 
   const getContext = HTMLCanvasElement.prototype.getContext;
   HTMLCanvasElement.prototype.getContext = function getContext2(type, ...rest) {
@@ -30,6 +48,7 @@
     if (typeof cb !== "function") return raf(cb);
     return raf((ts) => {
       if (rec.frozen) return undefined;
+      rec.lastTs = ts;
       if (!rec.on) return cb(ts);
       rec.callbacks++;
       rec.pageTs.add(ts);
@@ -100,38 +119,85 @@
     raf(probe);
   };
 
-  const measure = async (warmupMs, windowMs, samples) => {
+  // Input handlers the page set as properties (onmousemove = ...) or attributes.
+  const handlerListens = () => {
+    const targets = [W, document, document.body, ...qsa.call(document, "canvas")];
+    for (const type of inputTypes) {
+      if (targets.some((t) => t && typeof t["on" + type] === "function")) log.listens.add(type);
+    }
+  };
+
+  // Judge the page over its life: from the end of the warm-up to the end of the judged
+  // time, count display frames (the probe's own rAF loop) and the frames the page's own
+  // callbacks ran in, and hash the largest canvas every `hashEveryMs`. The last `lateMs`
+  // of that time are the late window in which the loop must still be running, and the
+  // canvas must change between two hashes taken in the last `changeSpanMs`.
+  const measure = async (warmupMs, judgedMs, lateMs, hashEveryMs, changeSpanMs) => {
+    const loadTs = now();
     await sleep(warmupMs);
-    Object.assign(rec, { callbacks: 0, pageTs: new Set(), probeTs: [], draws: 0 });
-    const keys = [sample()];
+    Object.assign(rec, { callbacks: 0, pageTs: new Set(), probeTs: [], draws: 0, cbMs: 0 });
+    const keys = [[now(), sample()]];
     rec.on = true;
     raf(probe);
     const t0 = now();
-    for (let i = 0; i < samples; i++) {
-      await sleep(windowMs / samples);
-      keys.push(sample());
+    const end = t0 + judgedMs;
+    for (let left = judgedMs; left > 1; left = end - now()) {
+      await sleep(Math.min(hashEveryMs, left));
+      keys.push([now(), sample()]);
     }
     rec.on = false;
-    // The window is over: stop the page's loop so its last frame stays on screen for the
-    // screenshot and the page stops using CPU while the verifier finishes with it.
+    // The judged time is over: stop the page's loop so its last frame stays on screen for
+    // the screenshot and the page stops using CPU while the verifier finishes with it.
     rec.frozen = true;
-    const elapsedMs = now() - t0;
+    const t1 = now();
+    const lateFrom = t1 - lateMs;
     // A setTimeout task never runs inside a frame's rAF batch, so every frame the probe
     // saw has all of the page's callbacks recorded by now.
-    let shared = 0;
-    for (const ts of rec.probeTs) if (rec.pageTs.has(ts)) shared++;
+    let shared = 0, sharedRunning = 0, displayRunning = 0, lateDisplay = 0, latePage = 0;
+    let lastPage = -Infinity;
+    for (const ts of rec.pageTs) {
+      if (ts > lastPage) lastPage = ts;
+      if (ts >= lateFrom) latePage++;
+    }
+    for (const ts of rec.probeTs) {
+      const own = rec.pageTs.has(ts);
+      if (own) shared++;
+      if (ts >= lateFrom) lateDisplay++;
+      if (ts <= lastPage) { displayRunning++; if (own) sharedRunning++; }
+    }
+    let lastChangeTs = null, changedLate = false;
+    for (let i = 1; i < keys.length; i++) {
+      const [[before, was], [at, is]] = [keys[i - 1], keys[i]];
+      if (was === null || is === null || was === is) continue;
+      lastChangeTs = at;
+      if (before >= t1 - changeSpanMs - 1) changedLate = true;
+    }
+    handlerListens();
     const c = largestCanvas();
+    const sinceLoad = (ts) => (ts === null || ts === -Infinity ? null : ts - loadTs);
     return {
-      elapsedMs,
+      elapsedMs: t1 - t0,
+      warmupMs: t0 - loadTs,
+      lateMs: t1 - lateFrom,
+      changeSpanMs,
       displayFrames: rec.probeTs.length,
       pageFrames: rec.pageTs.size,
       sharedFrames: shared,
+      displayFramesRunning: displayRunning,
+      sharedFramesRunning: sharedRunning,
+      lateDisplayFrames: lateDisplay,
+      latePageFrames: latePage,
+      lastFrameMs: sinceLoad(rec.lastTs),
+      lastChangeMs: sinceLoad(lastChangeTs),
       callbacks: rec.callbacks,
       callbackMs: rec.cbMs,
       draws: rec.draws,
       contexts2d: log.ctx2d,
       canvas: c ? [c.width, c.height] : null,
-      canvasChanged: new Set(keys.filter((k) => k !== null)).size > 1,
+      canvasChanged: lastChangeTs !== null,
+      canvasChangedLate: changedLate,
+      inputsBlocked: log.inputs,
+      inputListeners: [...log.listens].sort(),
       opens: log.opens.slice(),
       sockets: log.sockets.slice(),
     };

@@ -9,16 +9,23 @@ artifact cannot disturb the measurement by replacing them later:
 * ``CanvasRenderingContext2D`` drawing methods: counts draw calls;
 * ``window.open``: recorded and refused (returns ``null``, as a popup blocker does);
 * ``WebSocket`` / ``EventSource`` / ``RTCPeerConnection``: recorded, then the constructor
-  throws a ``NetworkError`` ``DOMException`` so no socket is ever attempted.
+  throws a ``NetworkError`` ``DOMException`` so no socket is ever attempted;
+* trusted input events (:data:`INPUT_EVENTS`): stopped in the capture phase on ``window``
+  before any handler of the page sees them, and counted, so no pointer or key can start or
+  drive the page (headless Chromium moves its pointer to (0,0) just after load); the input
+  events the page listens for are recorded.
 
-``window.__swarmProbe.measure(warmupMs, windowMs, samples)`` waits out the warm-up, then runs
-its own rAF loop for ``windowMs`` to count display frames, hashing the largest canvas
-``samples + 1`` times, and returns the counts as a plain object (see :data:`PROBE_JS`).
+``window.__swarmProbe.measure(warmupMs, judgedMs, lateMs, hashEveryMs, changeSpanMs)``
+waits out the warm-up, then runs its own rAF loop for ``judgedMs`` to count display frames,
+hashing the largest canvas every ``hashEveryMs``. It returns the counts over the whole judged
+time and over its last ``lateMs`` (the late window), when the page's loop last ran and its
+canvas last changed (milliseconds after load), and whether the canvas changed between two
+hashes in the last ``changeSpanMs``, as a plain object (see :data:`PROBE_JS`).
 
 The script itself is ``probe.js``, next to this module, so JavaScript tools can check it. Its
-``__NAME__`` markers (``__GLOBAL__``, ``__DRAWS__``, ``__SOCKETS__``; the placeholder dialect
-of ``worker.models.sim.dashboards``) are plain JS identifiers or string contents, so the file
-parses as it stands; they are filled in here, once per process.
+``__NAME__`` markers (``__GLOBAL__``, ``__DRAWS__``, ``__SOCKETS__``, ``__INPUTS__``; the
+placeholder dialect of ``worker.models.sim.dashboards``) are plain JS identifiers or string
+contents, so the file parses as it stands; they are filled in here, once per process.
 """
 
 from __future__ import annotations
@@ -55,6 +62,16 @@ DRAW_METHODS = (
 #: Constructors that would open a socket; the probe records and refuses them.
 SOCKET_CONSTRUCTORS = ("WebSocket", "EventSource", "RTCPeerConnection", "webkitRTCPeerConnection")
 
+#: Input events kept from the page while it is judged (trusted ones only: events the page
+#: dispatches itself are its own doing).
+INPUT_EVENTS = (
+    *("mousemove", "mousedown", "mouseup", "mouseover", "mouseout", "mouseenter", "mouseleave"),
+    *("click", "dblclick", "contextmenu", "wheel"),
+    *("pointermove", "pointerdown", "pointerup", "pointerover", "pointerout", "pointerenter"),
+    *("pointerleave", "pointercancel", "pointerrawupdate"),
+    *("touchstart", "touchmove", "touchend", "touchcancel", "keydown", "keyup", "keypress"),
+)
+
 _PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9]*)__")
 
 
@@ -80,8 +97,10 @@ PROBE_JS = _fill(
         "GLOBAL": PROBE_GLOBAL,
         "DRAWS": json.dumps(list(DRAW_METHODS)),
         "SOCKETS": json.dumps(list(SOCKET_CONSTRUCTORS)),
+        "INPUTS": json.dumps(list(INPUT_EVENTS)),
     },
 )
 
-#: Call that runs the in-page measurement; takes ``[warmup_ms, window_ms, samples]``.
-MEASURE_CALL = f"([w, m, n]) => window.{PROBE_GLOBAL}.measure(w, m, n)"
+#: Call that runs the in-page measurement; takes
+#: ``[warmup_ms, judged_ms, late_ms, hash_every_ms, change_span_ms]``.
+MEASURE_CALL = f"(args) => window.{PROBE_GLOBAL}.measure(...args)"

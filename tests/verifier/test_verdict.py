@@ -15,13 +15,13 @@ from worker.errors import RendererStarved
 
 HEALTHY = BrowserReport(
     measured=True,
-    window_s=2.0,
+    window_s=5.0,
     fps=60.0,
     callbacks_per_s=60.0,
     script_ms_per_frame=2.5,
     own_loop_share=1.0,
-    display_frames=120,
-    page_frames=120,
+    display_frames=300,
+    page_frames=300,
     draw_calls=900,
     contexts_2d=1,
     canvas_size=(1280, 800),
@@ -34,8 +34,42 @@ HEALTHY = BrowserReport(
     crashed=False,
     screenshot_png=b"\x89PNG...",
     screenshot_blank=False,
-    elapsed_s=3.1,
+    elapsed_s=6.1,
+    late_window_s=0.5,
+    late_fps=60.0,
+    late_share=1.0,
+    early_share=1.0,
+    last_frame_s=5.49,
+    change_span_s=1.0,
+    canvas_changed_late=True,
+    last_change_s=5.5,
+    judged_until_s=5.5,
+    inputs_blocked=4,
+    input_listeners=(),
 )
+
+#: What a page whose loop stopped 3.9 s after load reports.
+STOPPED = {
+    "late_fps": 0.0,
+    "late_share": 0.0,
+    "last_frame_s": 3.9,
+    "canvas_changed_late": False,
+    "last_change_s": 4.0,
+}
+#: What a page whose loop waits for a mousemove reports.
+WAITS_FOR_INPUT = {
+    "fps": 0.0,
+    "page_frames": 0,
+    "own_loop_share": 0.0,
+    "late_fps": 0.0,
+    "late_share": 0.0,
+    "early_share": 0.0,
+    "last_frame_s": None,
+    "canvas_changed": False,
+    "canvas_changed_late": False,
+    "last_change_s": None,
+    "input_listeners": ("mousemove",),
+}
 
 
 def make_report(**overrides: Any) -> BrowserReport:
@@ -52,6 +86,7 @@ def test_healthy_report_passes_every_check() -> None:
     assert [c.name for c in checks] == [
         "fps",
         "own_loop_share",
+        "loop_keeps_running",
         "canvas_changes",
         "no_page_errors",
         "no_blocked_requests",
@@ -69,8 +104,30 @@ def test_healthy_report_passes_every_check() -> None:
         ({"fps": 9.0, "page_frames": 18, "own_loop_share": 1.0}, "fps", 9.0, "throttling"),
         ({"fps": 0.0, "page_frames": 0, "own_loop_share": 1.0}, "fps", 0.0, "never ran"),
         ({"own_loop_share": 0.5}, "own_loop_share", 0.5, "inside every frame callback"),
-        ({"canvas_changed": False}, "canvas_changes", False, "1280x800"),
-        ({"canvas_changed": False, "canvas_size": None}, "canvas_changes", False, "<canvas>"),
+        (
+            {"canvas_changed": False, "canvas_changed_late": False},
+            "canvas_changes",
+            False,
+            "1280x800",
+        ),
+        (
+            {"canvas_changed": False, "canvas_changed_late": False, "canvas_size": None},
+            "canvas_changes",
+            False,
+            "<canvas>",
+        ),
+        (
+            {"canvas_changed_late": False, "last_change_s": 2.5},
+            "canvas_changes",
+            False,
+            "stopped changing 2.5 s after load",
+        ),
+        (
+            {"late_fps": 12.0, "late_share": 0.2, "early_share": 1.0},
+            "loop_keeps_running",
+            12.0,
+            "only 20% of display frames, down from 100%",
+        ),
         ({"errors": ("TypeError: x",)}, "no_page_errors", ["TypeError: x"], "TypeError: x"),
         ({"blocked_requests": ("https://a.test/x.js",)}, "no_blocked_requests", None, "inline"),
         ({"sockets": ("WebSocket wss://a.test",)}, "no_sockets", None, "simulate"),
@@ -103,6 +160,13 @@ def test_unmeasured_page_points_at_the_error() -> None:
         page_frames=0,
         canvas_size=None,
         canvas_changed=False,
+        late_fps=0.0,
+        late_share=0.0,
+        early_share=0.0,
+        last_frame_s=None,
+        canvas_changed_late=False,
+        last_change_s=None,
+        judged_until_s=0.0,
         errors=("The page stopped responding: its main thread stayed busy.",),
         screenshot_png=None,
         screenshot_blank=None,
@@ -111,12 +175,52 @@ def test_unmeasured_page_points_at_the_error() -> None:
     assert list(failed) == [
         "fps",
         "own_loop_share",
+        "loop_keeps_running",
         "canvas_changes",
         "no_page_errors",
         "screenshot_not_blank",
     ]
-    for name in ("fps", "own_loop_share", "canvas_changes"):
+    for name in ("fps", "own_loop_share", "loop_keeps_running", "canvas_changes"):
         assert "see no_page_errors" in failed[name].detail
+
+
+def test_a_loop_that_stops_says_it_stopped_and_when() -> None:
+    # Given a page whose loop ran at 60 fps and stopped 3.9 s after load
+    report = make_report(fps=41.0, page_frames=205, **STOPPED)
+    # When it is judged
+    failed = failing(report)
+    # Then the loop and the canvas fail, saying when it stopped, and nothing blames timers
+    assert list(failed) == ["loop_keeps_running", "canvas_changes"]
+    assert failed["loop_keeps_running"].value == 0.0
+    assert "stopped 3.9 s after load" in failed["loop_keeps_running"].detail
+    assert "loop stopped at 3.9 s" in failed["canvas_changes"].detail
+    for check in failed.values():
+        assert "setTimeout" not in check.detail and "setInterval" not in check.detail
+
+
+def test_a_loop_that_stops_early_fails_fps_with_the_stop_as_reason() -> None:
+    report = make_report(fps=11.0, page_frames=55, **STOPPED)
+    failed = failing(report)
+    assert list(failed) == ["fps", "loop_keeps_running", "canvas_changes"]
+    assert "because it stopped 3.9 s after load" in failed["fps"].detail
+    assert "timers" not in failed["fps"].detail
+
+
+def test_a_page_that_waits_for_input_is_told_it_needs_input() -> None:
+    failed = failing(make_report(**WAITS_FOR_INPUT))
+    assert list(failed) == ["fps", "own_loop_share", "loop_keeps_running", "canvas_changes"]
+    for check in failed.values():
+        assert "waits for input (it listens for mousemove)" in check.detail
+        assert "setTimeout" not in check.detail
+
+
+def test_a_machine_slowing_down_late_is_not_the_loop_stopping() -> None:
+    # the display and the page's loop both ran at 20 fps late, after 60 fps before
+    assert not failing(make_report(late_fps=20.0, late_share=1.0, early_share=1.0))
+
+
+def test_input_listeners_alone_are_no_fault() -> None:
+    assert not failing(make_report(input_listeners=("mousemove", "click")))
 
 
 def test_undecidable_screenshot_is_not_held_against_the_page() -> None:
@@ -165,22 +269,22 @@ def test_verdict_json_round_trip() -> None:
     [
         ({}, False),
         # a cheap page on a renderer that got 15 display frames a second: the machine's fault
-        ({"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 2.0}, True),
+        ({"fps": 15.0, "display_frames": 75, "page_frames": 75, "script_ms_per_frame": 2.0}, True),
         # a page that needs 40 ms per frame drags the display down itself: the page's fault
         (
-            {"fps": 15.0, "display_frames": 30, "page_frames": 30, "script_ms_per_frame": 40.0},
+            {"fps": 15.0, "display_frames": 75, "page_frames": 75, "script_ms_per_frame": 40.0},
             False,
         ),
         # a throttled loop on a healthy display: the page's fault
-        ({"fps": 10.0, "display_frames": 120, "page_frames": 20}, False),
+        ({"fps": 10.0, "display_frames": 300, "page_frames": 50}, False),
         # a page whose loop never ran is judged, not retried
-        ({"fps": 0.0, "display_frames": 20, "page_frames": 0, "script_ms_per_frame": 0.0}, False),
+        ({"fps": 0.0, "display_frames": 50, "page_frames": 0, "script_ms_per_frame": 0.0}, False),
         # any slow page while the host's CPUs were saturated by other work
         (
             {
                 "fps": 15.0,
-                "display_frames": 30,
-                "page_frames": 30,
+                "display_frames": 75,
+                "page_frames": 75,
                 "script_ms_per_frame": 40.0,
                 "host_busy": 0.97,
             },
@@ -188,6 +292,8 @@ def test_verdict_json_round_trip() -> None:
         ),
         # but a page at full speed is never "starved", however busy the host
         ({"host_busy": 1.0}, False),
+        # nor is a loop that stopped by itself
+        ({"fps": 10.0, "page_frames": 50, "late_fps": 0.0, "host_busy": 1.0}, False),
     ],
 )
 def test_starved_renderer_is_told_apart_from_a_slow_page(
