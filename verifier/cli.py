@@ -1,7 +1,8 @@
 """``python -m verifier check PAGE.html``: judge one artifact from the command line.
 
-Prints a table of checks (or one JSON object with ``--json``) on stdout and nothing else;
-the exit code says whether the page passed, failed, or could not be judged.
+Prints a table of checks (or one JSON object with ``--json``) on stdout and nothing else,
+saying which kinds of checks ran and why any were skipped; the exit code says whether the
+page passed, failed, or could not be judged.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pydantic import ValidationError
 
 from verifier.browser import Browser, BrowserUnavailable, DisplayMode
 from verifier.judge import DEFAULT_MIN_FPS, Verdict, judge
+from verifier.verify import browser_wanted
+from worker.errors import ConfigError
 from worker.settings import Settings
 
 __all__ = ["EXIT_FAILED", "EXIT_PASSED", "EXIT_UNJUDGED", "cli"]
@@ -65,6 +68,12 @@ def cli() -> None:
     show_default=True,
     help="Frames per second the page's own loop must reach.",
 )
+@click.option(
+    "--static",
+    "static_only",
+    is_flag=True,
+    help="Static checks only, no browser.  [env: SWARM_VERIFIER=static]",
+)
 @click.pass_context
 def check(
     ctx: click.Context,
@@ -74,9 +83,12 @@ def check(
     chromium_path: Path | None,
     screenshot_path: Path | None,
     min_fps: float,
+    static_only: bool,
 ) -> None:
     """Judge PAGE: static checks, then a measurement in Chromium.
 
+    SWARM_VERIFIER=static (or --static) skips the browser; auto, the default, skips it when
+    Chromium is not installed. The output says which checks ran and why any were skipped.
     Exits 0 if every check passed, 1 if one failed, 2 if the page could not be judged.
     """
     try:
@@ -88,20 +100,49 @@ def check(
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         _fail(ctx, f"cannot read {page}: {reason}")
-    browser = Browser(
-        executable_path=chromium_path or settings.chromium_path,
-        display=display or settings.display,
-        max_pages=1,
-    )
+    overrides: dict[str, object] = {"display": display or settings.display}
+    if chromium_path is not None:  # a binary named on the command line is meant to be used
+        overrides |= {"chromium_path": chromium_path, "verifier": "browser"}
+    if static_only:
+        overrides["verifier"] = "static"
+    settings = settings.model_copy(update=overrides)
     try:
-        with browser:
-            verdict = judge(html, browser=browser, min_fps=min_fps)
+        use_browser, chromium = browser_wanted(settings)
+    except ConfigError as exc:
+        _fail(ctx, f"browser unavailable: {exc}")
+    skipped = None if use_browser else _static_reason(settings, static_only, chromium)
+    try:
+        if use_browser:
+            with Browser(executable_path=chromium, display=settings.display, max_pages=1) as b:
+                verdict = judge(html, browser=b, min_fps=min_fps)
+        else:
+            verdict = judge(html, browser=None, min_fps=min_fps)
     except BrowserUnavailable as exc:
         _fail(ctx, f"browser unavailable: {exc}".splitlines()[0])
+    if use_browser and verdict.fps is None:
+        skipped = "a static check failed"
     if screenshot_path is not None:
         _write_screenshot(ctx, verdict, screenshot_path)
-    click.echo(verdict.to_json() if as_json else _table(verdict))
+    if as_json:
+        click.echo(json.dumps({**verdict.to_dict(), **_coverage(skipped)}))
+    else:
+        click.echo(_table(verdict, skipped))
     ctx.exit(EXIT_PASSED if verdict.passed else EXIT_FAILED)
+
+
+def _static_reason(settings: Settings, static_only: bool, chromium: Path) -> str:
+    """Why the browser checks are not run, in words."""
+    if static_only:
+        return "--static"
+    if settings.verifier == "static":
+        return "SWARM_VERIFIER=static"
+    return f"Chromium not found at {chromium}"
+
+
+def _coverage(skipped: str | None) -> dict[str, object]:
+    """Which kinds of checks ran, and why the browser checks were skipped (None: they ran)."""
+    ran = ["static"] if skipped else ["static", "browser"]
+    return {"ran": ran, "skipped": {"browser": skipped} if skipped else {}}
 
 
 def _fail(ctx: click.Context, message: str) -> NoReturn:
@@ -119,13 +160,18 @@ def _write_screenshot(ctx: click.Context, verdict: Verdict, path: Path) -> None:
         _fail(ctx, f"cannot write {path}: {exc.strerror or exc}")
 
 
-def _table(verdict: Verdict) -> str:
+def _table(verdict: Verdict, skipped: str | None) -> str:
     width = max(len(check.name) for check in verdict.checks)
     lines = [
         f"{'ok' if check.passed else 'FAIL':4}  {check.name:{width}}  "
         f"{_shown(check.value):{_VALUE_WIDTH}}  {check.detail}"
         for check in verdict.checks
     ]
+    lines.append(
+        f"ran: static checks; skipped: browser checks ({skipped})"
+        if skipped
+        else "ran: static and browser checks"
+    )
     failed = verdict.failed
     summary = "PASSED" if verdict.passed else f"FAILED ({len(failed)} of {len(verdict.checks)})"
     fps = "" if verdict.fps is None else f", {verdict.fps:g} fps"

@@ -22,6 +22,22 @@ _browser: Browser | None = None
 _warned_static = False
 
 
+def browser_wanted(settings: Settings) -> tuple[bool, Path]:
+    """Whether artifacts are judged in Chromium, and which binary that would be.
+
+    ``SWARM_VERIFIER=browser`` always, ``auto`` when the binary is installed, ``static`` never.
+
+    Raises:
+        ConfigError: ``verifier=browser`` but Chromium is not installed.
+    """
+    chromium = settings.chromium_path or Path(default_executable(settings.display))
+    if settings.verifier == "browser" and not chromium.exists():
+        raise ConfigError(f"Chromium not found at {chromium}")
+    return settings.verifier == "browser" or (
+        settings.verifier == "auto" and chromium.exists()
+    ), chromium
+
+
 def shared_browser(settings: Settings) -> Browser | None:
     """This process's browser, launched on first use; None when judging statically.
 
@@ -29,12 +45,7 @@ def shared_browser(settings: Settings) -> Browser | None:
         ConfigError: ``verifier=browser`` but Chromium is not installed.
     """
     global _browser, _warned_static
-    chromium = settings.chromium_path or Path(default_executable(settings.display))
-    use_browser = settings.verifier == "browser" or (
-        settings.verifier == "auto" and chromium.exists()
-    )
-    if settings.verifier == "browser" and not chromium.exists():
-        raise ConfigError(f"Chromium not found at {chromium}")
+    use_browser, chromium = browser_wanted(settings)
     with _lock:
         if not use_browser:
             # Static checks were asked for, or chosen because Chromium is missing: only the

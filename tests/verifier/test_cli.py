@@ -45,7 +45,9 @@ def test_good_page_passes_with_json(runner: CliRunner, tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert data["passed"] is True
     assert data["fps"] >= float(MIN_FPS)
-    assert len(data["checks"]) == 12
+    assert len(data["checks"]) == 13
+    assert data["ran"] == ["static", "browser"]
+    assert data["skipped"] == {}
     assert result.stderr == ""
     assert shot.read_bytes().startswith(b"\x89PNG")
 
@@ -57,9 +59,58 @@ def test_static_failure_exits_1_with_a_table(runner: CliRunner) -> None:
     # Then it exits 1 and the table names the failing check
     assert result.exit_code == EXIT_FAILED
     lines = result.stdout.splitlines()
-    assert len(lines) == 5
+    assert len(lines) == 6
     assert lines[3].startswith("FAIL  no_external_url")
+    assert lines[-2] == "ran: static checks; skipped: browser checks (a static check failed)"
     assert lines[-1] == "FAILED (1 of 4)"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "reason"),
+    [
+        (["--static"], {}, "--static"),
+        ([], {"SWARM_VERIFIER": "static"}, "SWARM_VERIFIER=static"),
+        (
+            [],
+            {"SWARM_VERIFIER": "auto", "SWARM_CHROMIUM_PATH": "/nonexistent/chromium"},
+            "Chromium not found at /nonexistent/chromium",
+        ),
+    ],
+)
+def test_static_only_says_the_browser_was_skipped_and_why(
+    runner: CliRunner, args: list[str], env: dict[str, str], reason: str
+) -> None:
+    # Given the good page and a setting that keeps the browser out
+    page = str(PAGES / "good.html")
+    # When it is checked, as a table and as JSON
+    table = runner.invoke(cli, ["check", page, *args], env=env)
+    as_json = runner.invoke(cli, ["check", page, "--json", *args], env=env)
+    # Then only the static checks ran, it passed on them, and both outputs say so
+    assert table.exit_code == as_json.exit_code == EXIT_PASSED, table.output
+    lines = table.stdout.splitlines()
+    assert len(lines) == 6
+    assert lines[-2] == f"ran: static checks; skipped: browser checks ({reason})"
+    assert lines[-1] == "PASSED"
+    data = json.loads(as_json.stdout)
+    assert [c["name"] for c in data["checks"]] == [
+        "size",
+        "canvas_2d",
+        "raf_loop",
+        "no_external_url",
+    ]
+    assert data["fps"] is None
+    assert data["ran"] == ["static"]
+    assert data["skipped"] == {"browser": reason}
+
+
+def test_browser_required_but_missing_exits_2(runner: CliRunner) -> None:
+    env = {"SWARM_VERIFIER": "browser", "SWARM_CHROMIUM_PATH": "/nonexistent/chromium"}
+    result = runner.invoke(cli, ["check", str(PAGES / "good.html")], env=env)
+    assert result.exit_code == EXIT_UNJUDGED
+    assert result.stdout == ""
+    assert (
+        result.stderr == "error: browser unavailable: Chromium not found at /nonexistent/chromium\n"
+    )
 
 
 @pytest.mark.browser
@@ -84,7 +135,7 @@ def test_missing_chromium_exits_2(runner: CliRunner) -> None:
     )
     assert result.exit_code == EXIT_UNJUDGED
     assert result.stdout == ""
-    assert result.stderr.startswith("error: browser unavailable: could not launch Chromium")
+    assert result.stderr.startswith("error: browser unavailable: Chromium not found at")
     assert result.stderr.count("\n") == 1
 
 
