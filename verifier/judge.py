@@ -142,12 +142,15 @@ def starved(
     """Whether a low frame rate was the machine's fault, not the page's.
 
     Either the host's CPUs were saturated during the window, or the display itself ran
-    below ``min_fps`` although the page's own frame callbacks were cheap: the renderer did
-    not get the CPU. Such a measurement says nothing about the artifact, so it is an
+    below ``min_fps`` although the page's own frame callbacks were cheap, or not one frame
+    was drawn in the late window after the page's loop had run: the renderer did not get
+    the CPU. Such a measurement says nothing about the artifact, so it is an
     infrastructure fault to retry rather than a verdict.
     """
     if not report.measured or report.window_s <= 0 or report.page_frames == 0:
         return False
+    if _stalled(report):  # not a frame drawn at the end: the late window judged nothing
+        return True
     if _stopped(report):  # the page ended its own loop; no machine is to blame for that
         return False
     if report.fps >= min_fps:
@@ -196,6 +199,11 @@ _NEVER_RAN = (
     "animation going by calling requestAnimationFrame(frame) again at the end of every frame "
     "callback."
 )
+_STALLED = (
+    "Not a single frame was drawn at the end of the judged time although the page's loop had "
+    "run before: its main thread was blocked by long tasks (keep every task and frame well "
+    "under 16 ms), or the machine starved it."
+)
 _KEEP_GOING = (
     "a dashboard must keep animating for as long as it is open, so do not end the loop after "
     "a number of frames, a timeout or a finished intro: call requestAnimationFrame(frame) at "
@@ -208,8 +216,13 @@ def _needs_input(report: BrowserReport) -> bool:
     return bool(report.input_listeners) and report.late_fps == 0 and report.fps < 1.0
 
 
-def _input_hint(report: BrowserReport) -> str:
+def _input_hint(report: BrowserReport, *, full: bool) -> str:
     kinds = ", ".join(report.input_listeners[:_QUOTED])
+    if not full:  # the fps check carries the whole hint; the others point at it
+        return (
+            f"The page waits for input (it listens for {kinds}) to animate, and none reaches "
+            "it while it is judged; see fps."
+        )
     return (
         f"The page does not animate on its own: it waits for input (it listens for {kinds}), "
         "and no mouse, touch or keyboard input reaches it while it is judged; start the "
@@ -218,20 +231,25 @@ def _input_hint(report: BrowserReport) -> str:
     )
 
 
-def _still(report: BrowserReport) -> str | None:
+def _still(report: BrowserReport, *, full: bool = False) -> str | None:
     """The hint for a page whose own loop did not run at all, or None if it ran."""
     if not report.measured:
         return _UNMEASURED
     if _needs_input(report):
-        return _input_hint(report)
+        return _input_hint(report, full=full)
     if report.page_frames == 0:
         return _NEVER_RAN
     return None
 
 
+def _stalled(report: BrowserReport) -> bool:
+    """Whether no frame at all was drawn in the late window, the page's or any other."""
+    return report.measured and report.display_frames > 0 and report.late_display_frames == 0
+
+
 def _stopped(report: BrowserReport) -> bool:
-    """Whether the page's loop ran and then stopped before the late window."""
-    return report.page_frames > 0 and report.late_fps == 0
+    """Whether the page's loop ran and then stopped while the display went on."""
+    return report.page_frames > 0 and report.late_fps == 0 and not _stalled(report)
 
 
 def _stopped_hint(report: BrowserReport) -> str:
@@ -247,13 +265,13 @@ def _fps(report: BrowserReport, min_fps: float) -> Check:
     display_fps = report.display_frames / report.window_s if report.window_s > 0 else 0.0
     if fps >= min_fps:
         detail = f"The page's requestAnimationFrame loop ran at {fps:g} fps ({min_fps:g} needed)."
-    elif (still := _still(report)) is not None:
+    elif (still := _still(report, full=True)) is not None:
         detail = still
     elif _stopped(report):
         detail = (
             f"The page's animation loop ran at only {fps:g} fps ({min_fps:g} needed) over the "
             f"{report.window_s:.1f} s it was judged because it stopped "
-            f"{report.last_frame_s or 0:.1f} s after load; {_KEEP_GOING}"
+            f"{report.last_frame_s or 0:.1f} s after load (see loop_keeps_running)."
         )
     elif display_fps >= min_fps:
         detail = (
@@ -300,6 +318,8 @@ def _loop_keeps_running(report: BrowserReport) -> Check:
         detail = still
     elif _stopped(report):
         detail = _stopped_hint(report)
+    elif _stalled(report):
+        detail = _STALLED
     else:
         detail = (
             f"From {start:.1f} s after load the page's own loop ran in only "
@@ -325,15 +345,20 @@ def _canvas_changes(report: BrowserReport) -> Check:
             "visible canvas and draw into it every frame."
         )
     elif _needs_input(report):
-        detail = _input_hint(report)
+        detail = _input_hint(report, full=False)
     elif report.canvas_changed and report.last_change_s is not None:
-        cause = (
-            f"because its animation loop stopped at {report.last_frame_s or 0:.1f} s (see "
-            "loop_keeps_running)"
-            if _stopped(report)
-            else "although its loop kept running; draw something that moves or changes in "
-            "every frame, for as long as the page is open"
-        )
+        if _stopped(report):
+            cause = (
+                f"because its animation loop stopped at {report.last_frame_s or 0:.1f} s (see "
+                "loop_keeps_running)"
+            )
+        elif _stalled(report):
+            cause = "because no frame was drawn at the end (see loop_keeps_running)"
+        else:
+            cause = (
+                "although its loop kept running; draw something that moves or changes in "
+                "every frame, for as long as the page is open"
+            )
         detail = (
             f"The canvas stopped changing {report.last_change_s:.1f} s after load and showed "
             f"the same pixels from then up to {report.judged_until_s:.1f} s, {cause}."

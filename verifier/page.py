@@ -77,6 +77,7 @@ class BrowserReport:
         canvas_changed: Whether that canvas's pixels changed at all while judged.
         late_window_s: Length of the late window, the end of the judged time.
         late_fps: Frames per second the page's own loop ran at in the late window.
+        late_display_frames: Display frames the probe saw in the late window.
         late_share: Share of the late window's display frames in which the page's loop ran.
         early_share: The same share before the late window (a busy machine lowers both
             frame rates alike, not this share).
@@ -121,6 +122,7 @@ class BrowserReport:
     elapsed_s: float
     late_window_s: float
     late_fps: float
+    late_display_frames: int
     late_share: float
     early_share: float
     last_frame_s: float | None
@@ -318,6 +320,7 @@ def _report(
         elapsed_s=elapsed_s,
         late_window_s=late_s,
         late_fps=_per_s(late_frames, late_s),
+        late_display_frames=late_display,
         late_share=_share(late_frames, late_display),
         early_share=_share(page_frames - late_frames, display_frames - late_display),
         last_frame_s=_seconds(raw.get("lastFrameMs")),

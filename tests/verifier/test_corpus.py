@@ -227,3 +227,24 @@ def test_page_that_never_finishes_loading_is_blamed(
     assert not report.measured
     assert report.errors[0].startswith("The page stopped responding")
     assert report.screenshot_png is None
+
+
+@pytest.mark.browser
+def test_events_a_page_dispatches_itself_still_reach_it(browser: Browser, min_fps: float) -> None:
+    # Given a page whose loop starts on a mousemove that the page dispatches itself
+    html = (
+        "<canvas width=200 height=100></canvas><script>"
+        "const ctx = document.querySelector('canvas').getContext('2d');"
+        "function frame(t) { ctx.fillStyle = `hsl(${t / 10 % 360}, 80%, 50%)`;"
+        " ctx.fillRect(0, 0, 200, 100); requestAnimationFrame(frame); }"
+        "addEventListener('mousemove', () => requestAnimationFrame(frame), { once: true });"
+        "dispatchEvent(new MouseEvent('mousemove'));</script>"
+    )
+    # When it is measured
+    report = browser.measure(html)
+    # Then only the browser's trusted input was kept from it: its own event started the loop
+    assert report.inputs_blocked > 0
+    assert report.input_listeners == ("mousemove",)
+    assert report.fps >= min_fps
+    assert report.late_fps > 0
+    assert report.canvas_changed_late

@@ -37,6 +37,7 @@ HEALTHY = BrowserReport(
     elapsed_s=6.1,
     late_window_s=0.5,
     late_fps=60.0,
+    late_display_frames=30,
     late_share=1.0,
     early_share=1.0,
     last_frame_s=5.49,
@@ -161,6 +162,7 @@ def test_unmeasured_page_points_at_the_error() -> None:
         canvas_size=None,
         canvas_changed=False,
         late_fps=0.0,
+        late_display_frames=0,
         late_share=0.0,
         early_share=0.0,
         last_frame_s=None,
@@ -217,6 +219,20 @@ def test_a_page_that_waits_for_input_is_told_it_needs_input() -> None:
 def test_a_machine_slowing_down_late_is_not_the_loop_stopping() -> None:
     # the display and the page's loop both ran at 20 fps late, after 60 fps before
     assert not failing(make_report(late_fps=20.0, late_share=1.0, early_share=1.0))
+
+
+def test_no_frame_at_the_end_is_not_called_a_stop() -> None:
+    # Given a page whose loop ran, and a late window in which nothing was drawn at all
+    report = make_report(
+        late_fps=0.0, late_display_frames=0, late_share=0.0, canvas_changed_late=False
+    )
+    # When it is judged (its retries for a starved renderer exhausted)
+    failed = failing(report)
+    # Then the hint says no frame was drawn, not that the loop stopped
+    assert list(failed) == ["loop_keeps_running", "canvas_changes"]
+    assert "Not a single frame was drawn" in failed["loop_keeps_running"].detail
+    assert "no frame was drawn at the end" in failed["canvas_changes"].detail
+    assert "stopped 5" not in failed["loop_keeps_running"].detail
 
 
 def test_input_listeners_alone_are_no_fault() -> None:
@@ -294,6 +310,8 @@ def test_verdict_json_round_trip() -> None:
         ({"host_busy": 1.0}, False),
         # nor is a loop that stopped by itself
         ({"fps": 10.0, "page_frames": 50, "late_fps": 0.0, "host_busy": 1.0}, False),
+        # but a renderer that drew no frame at all at the end, after the loop had run, is
+        ({"fps": 50.0, "late_fps": 0.0, "late_display_frames": 0}, True),
     ],
 )
 def test_starved_renderer_is_told_apart_from_a_slow_page(
