@@ -68,7 +68,8 @@ class BrowserReport:
         callbacks_per_s: The page's rAF callbacks per second (several loops count apart).
         script_ms_per_frame: Milliseconds the page's rAF callbacks took per frame they ran in.
         own_loop_share: Share of display frames (counted by the probe) in which the page ran,
-            up to its last frame: how well its own loop drove the frames while it ran.
+            from its first frame to its last: how well its own loop drove the frames while
+            it ran.
         display_frames: Display frames the probe's own rAF loop saw.
         page_frames: Frames in which at least one of the page's rAF callbacks ran.
         draw_calls: Calls to 2D drawing and path methods during the judged time.

@@ -153,17 +153,20 @@
     const lateFrom = t1 - lateMs;
     // A setTimeout task never runs inside a frame's rAF batch, so every frame the probe
     // saw has all of the page's callbacks recorded by now.
-    let shared = 0, sharedRunning = 0, displayRunning = 0, lateDisplay = 0, latePage = 0;
-    let lastPage = -Infinity;
+    // The page's loop is judged on the frames from its first to its last one: a loop that
+    // starts late or stops early is the business of the fps and late-window figures.
+    let sharedRunning = 0, displayRunning = 0, lateDisplay = 0, latePage = 0;
+    let firstPage = Infinity, lastPage = -Infinity;
     for (const ts of rec.pageTs) {
+      if (ts < firstPage) firstPage = ts;
       if (ts > lastPage) lastPage = ts;
       if (ts >= lateFrom) latePage++;
     }
     for (const ts of rec.probeTs) {
-      const own = rec.pageTs.has(ts);
-      if (own) shared++;
       if (ts >= lateFrom) lateDisplay++;
-      if (ts <= lastPage) { displayRunning++; if (own) sharedRunning++; }
+      if (ts < firstPage || ts > lastPage) continue;
+      displayRunning++;
+      if (rec.pageTs.has(ts)) sharedRunning++;
     }
     let lastChangeTs = null, changedLate = false;
     for (let i = 1; i < keys.length; i++) {
@@ -182,7 +185,6 @@
       changeSpanMs,
       displayFrames: rec.probeTs.length,
       pageFrames: rec.pageTs.size,
-      sharedFrames: shared,
       displayFramesRunning: displayRunning,
       sharedFramesRunning: sharedRunning,
       lateDisplayFrames: lateDisplay,

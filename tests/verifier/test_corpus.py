@@ -248,3 +248,22 @@ def test_events_a_page_dispatches_itself_still_reach_it(browser: Browser, min_fp
     assert report.fps >= min_fps
     assert report.late_fps > 0
     assert report.canvas_changed_late
+
+
+@pytest.mark.browser
+def test_a_loop_that_starts_late_is_judged_on_its_own_frames(
+    browser: Browser, min_fps: float
+) -> None:
+    # Given a page that shows a still splash for 1.5 s, then starts its rAF loop for good
+    html = (
+        "<canvas width=200 height=100></canvas><script>"
+        "const ctx = document.querySelector('canvas').getContext('2d');"
+        "ctx.fillRect(0, 0, 200, 100);"
+        "function frame(t) { ctx.fillStyle = `hsl(${t / 10 % 360}, 80%, 50%)`;"
+        " ctx.fillRect(0, 0, 200, 100); requestAnimationFrame(frame); }"
+        "setTimeout(() => requestAnimationFrame(frame), 1500);</script>"
+    )
+    # When it is judged
+    verdict = judge(html, browser=browser, min_fps=min_fps, retry_starved=False)
+    # Then it passes: the timer only delayed the start, every frame after it was its own
+    assert verdict.passed, [c.detail for c in verdict.checks if not c.passed]
