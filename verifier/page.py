@@ -71,6 +71,7 @@ class BrowserReport:
         screenshot_png: A PNG of the viewport at the end, or None if none could be taken.
         screenshot_blank: Whether every pixel of the screenshot has one colour (None: unknown).
         elapsed_s: Wall time from opening the context to closing it.
+        sandboxed: Whether Chromium rendered the page in its sandbox (set by the browser).
     """
 
     measured: bool
@@ -94,6 +95,8 @@ class BrowserReport:
     screenshot_png: bytes | None = field(repr=False)
     screenshot_blank: bool | None
     elapsed_s: float
+    sandboxed: bool | None = None
+    """Whether Chromium rendered the page in its sandbox (None: not known here)."""
 
 
 @dataclass
