@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 import psutil
 from playwright.async_api import Browser as PlaywrightBrowser
@@ -42,6 +42,8 @@ __all__ = [
     "DisplayMode",
     "SandboxSupport",
     "default_executable",
+    "launch_options",
+    "resolve_sandbox",
     "sandbox_support",
 ]
 
@@ -147,6 +149,28 @@ def default_executable(display: DisplayMode) -> str:
     return DEFAULT_CHROMIUM_PATH
 
 
+def resolve_sandbox(sandbox: bool | None) -> bool:
+    """``sandbox`` as asked, or (None) whether it can run here, warning when it cannot."""
+    if sandbox is not None:
+        return sandbox
+    support = sandbox_support()
+    if not support.available:
+        logger.warning(
+            "Chromium renders untrusted pages WITHOUT its sandbox (--no-sandbox): %s",
+            support.reason,
+        )
+    return support.available
+
+
+def launch_options(sandboxed: bool, *args: str) -> dict[str, Any]:
+    """Playwright launch options for Chromium: its quiet, offline switches, the sandbox
+    (Playwright adds ``--no-sandbox`` itself unless told to sandbox) and ``args``."""
+    return {
+        "chromium_sandbox": sandboxed,
+        "args": [*CHROMIUM_ARGS, *(() if sandboxed else (NO_SANDBOX,)), *args],
+    }
+
+
 @dataclass(frozen=True)
 class _Chromium:
     """A launched browser and its root process (None if it could not be found)."""
@@ -192,15 +216,7 @@ class Browser:
     ) -> None:
         if display not in ("headless", "xvfb"):
             raise ValueError(f"display must be 'headless' or 'xvfb', not {display!r}")
-        if sandbox is None:
-            support = sandbox_support()
-            if not support.available:
-                logger.warning(
-                    "Chromium renders untrusted pages WITHOUT its sandbox (--no-sandbox): %s",
-                    support.reason,
-                )
-            sandbox = support.available
-        self.sandboxed = sandbox
+        self.sandboxed = resolve_sandbox(sandbox)
         """Whether Chromium runs with its sandbox (renderers in their own namespaces,
         under seccomp-bpf)."""
         self.executable_path = (
@@ -368,9 +384,7 @@ class Browser:
         browser = await self._playwright.chromium.launch(
             executable_path=self.executable_path,
             headless=self.display == "headless",
-            # Playwright adds --no-sandbox itself unless told to sandbox.
-            chromium_sandbox=self.sandboxed,
-            args=[*CHROMIUM_ARGS, *(() if self.sandboxed else (NO_SANDBOX,)), self._marker],
+            **launch_options(self.sandboxed, self._marker),
             env=env,
             timeout=LAUNCH_TIMEOUT_S * 1000,
             handle_sigint=False,
