@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from celery import shared_task
@@ -11,17 +12,42 @@ from celery.signals import worker_shutdown
 from verifier.verify import close_browser, shared_browser, verify_handoff
 from worker.errors import BrowserUnavailable
 from worker.fleet.dispatch import VERIFY_TASK
+from worker.fleet.runtime import Runtime
+from worker.store.engine import make_engine
 
 logger = logging.getLogger(__name__)
 
 #: Retries of a verification whose measurement the machine's load made meaningless.
 MAX_STARVED_RETRIES = 5
 
+_lock = threading.Lock()
+_verify_rt: Runtime | None = None
+
+
+def verify_runtime(rt: Runtime) -> Runtime:
+    """The runtime verifications run on: the process's own, or one on the verify role.
+
+    With ``SWARM_VERIFY_DATABASE_URL`` set beside another ``SWARM_DATABASE_URL`` (a process
+    consuming both queues), verifications claim, judge and record through the verify
+    role's least-privileged connection, and the rest of the process keeps its own.
+    """
+    global _verify_rt
+    url = rt.settings.verify_database_url
+    if not url or url == rt.settings.database_url:
+        return rt
+    with _lock:
+        if _verify_rt is None:
+            settings = rt.settings.model_copy(update={"database_url": url})
+            _verify_rt = Runtime(
+                settings=settings, engine=make_engine(settings), dispatcher=rt.dispatcher
+            )
+        return _verify_rt
+
 
 @shared_task(name=VERIFY_TASK, bind=True, max_retries=None)  # type: ignore[untyped-decorator]
 def verify(self: Any, session_id: int, round_no: int) -> str:
     """Judge the version a session handed off in ``round_no`` and record the verdict."""
-    rt = self.app.runtime
+    rt = verify_runtime(self.app.runtime)
     try:
         # A starved renderer is retried a few times; after that the page is judged as is.
         return verify_handoff(
