@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from verifier.browser import Browser, BrowserUnavailable, DisplayMode
 from verifier.judge import DEFAULT_MIN_FPS, Verdict, judge
-from verifier.record import DEFAULT_RECORD_S, RecorderUnavailable, record_page
+from verifier.record import DEFAULT_RECORD_S, FRAME_RATE, RecorderUnavailable, record_page
 from worker.settings import Settings
 
 __all__ = ["EXIT_FAILED", "EXIT_PASSED", "EXIT_UNJUDGED", "cli"]
@@ -183,10 +183,14 @@ def record(
     if chromium is not None and not chromium.exists():
         _fail(ctx, f"Chromium not found at {chromium}")
     try:
-        record_page(html, seconds=seconds, out=out, master=master, executable_path=chromium)
+        made = record_page(html, seconds=seconds, out=out, master=master, executable_path=chromium)
     except RecorderUnavailable as exc:
         _fail(ctx, f"could not record {page}: {exc}".splitlines()[0])
-    click.echo(f"wrote {out}" + (f" and {master}" if master else ""))
+    grabbed = "" if made.frames_grabbed is None else f", {made.frames_grabbed} frames grabbed"
+    click.echo(
+        f"wrote {out}" + (f" and {master}" if master else "") + f" ({seconds:g} s at "
+        f"{FRAME_RATE} fps{grabbed})"
+    )
 
 
 def _read_page(ctx: click.Context, page: Path) -> str:

@@ -28,6 +28,7 @@ from pyvirtualdisplay.display import Display
 from verifier.browser import DEFAULT_CHROMIUM_PATH, launch_options, resolve_sandbox
 from verifier.page import ARTIFACT_URL
 from worker.errors import BrowserUnavailable
+from worker.settings import Settings
 
 __all__ = [
     "DEFAULT_RECORD_S",
@@ -35,7 +36,9 @@ __all__ = [
     "SCREEN_SIZE",
     "RecorderUnavailable",
     "Recording",
+    "record_bytes",
     "record_page",
+    "video_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -77,6 +80,9 @@ class Recording:
     mp4: Path
     master: Path | None
     seconds: float
+    frames_grabbed: int | None
+    """Distinct frames ffmpeg grabbed (None: unknown); fewer than ``seconds * FRAME_RATE``
+    when the machine was too busy, the gaps then repeat the frame that was on screen."""
 
 
 def ffmpeg_path() -> str:
@@ -143,9 +149,17 @@ def record_page(
             )
         finally:
             display.stop()
+        grabbed = _frames_in(ffmpeg, capture)
         _encode(ffmpeg, capture, seconds=seconds, out=out, master=master)
+    wanted = round(seconds * FRAME_RATE)
+    if grabbed is not None and grabbed < wanted * 0.9:
+        logger.warning(
+            "the machine was busy: ffmpeg grabbed %d of %d frames; gaps repeat a frame",
+            grabbed,
+            wanted,
+        )
     logger.info("recorded %.1fs of an artifact to %s", seconds, out)
-    return Recording(out, master, seconds)
+    return Recording(out, master, seconds, grabbed)
 
 
 def record_bytes(
@@ -257,8 +271,14 @@ async def _grab(ffmpeg: str, *, display: str, seconds: float, capture: Path) -> 
 
 def _encode(ffmpeg: str, capture: Path, *, seconds: float, out: Path, master: Path | None) -> None:
     # Constant frame rate and an exact length: a busy machine grabs fewer frames than
-    # asked, and the gaps are filled by repeating the frame on screen at the time.
-    timing = ["-t", f"{seconds:.3f}", "-r", str(FRAME_RATE), "-fps_mode", "cfr"]
+    # asked, and the fps filter fills each gap with the frame that was on screen; tpad
+    # holds the last one up to the asked length and trim cuts there. (``-t`` alone would
+    # stop at the last frame grabbed before the end, short of the asked length.)
+    timing = [
+        "-vf",
+        f"fps={FRAME_RATE},tpad=stop_mode=clone:stop_duration={seconds:.3f},"
+        f"trim=duration={seconds:.3f}",
+    ]
     command = [ffmpeg, "-nostdin", "-loglevel", "error", "-i", os.fspath(capture)]
     command += [*timing, "-c:v", "libx264", "-preset", "veryfast", "-crf", "18"]
     command += ["-pix_fmt", "yuv420p", "-movflags", "+faststart", "-y", os.fspath(out)]
@@ -279,6 +299,46 @@ def _encode(ffmpeg: str, capture: Path, *, seconds: float, out: Path, master: Pa
         raise RecorderUnavailable(f"ffmpeg could not encode the video: {_last_line(done.stderr)}")
 
 
+def _frames_in(ffmpeg: str, capture: Path) -> int | None:
+    """Frames in the capture, counted by ffprobe (packaged with ffmpeg) if it is there."""
+    ffprobe = shutil.which("ffprobe", path=os.path.dirname(ffmpeg)) or shutil.which("ffprobe")
+    if ffprobe is None:
+        return None
+    count = ["-count_packets", "-show_entries", "stream=nb_read_packets", "-of", "csv=p=0"]
+    done = subprocess.run(
+        [ffprobe, "-v", "error", "-select_streams", "v:0", *count, os.fspath(capture)],
+        capture_output=True,
+        text=True,
+        timeout=FFMPEG_SLACK_S,
+        check=False,
+    )
+    text = done.stdout.strip()
+    return int(text) if done.returncode == 0 and text.isdigit() else None
+
+
 def _last_line(stderr: bytes) -> str:
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
     return lines[-1] if lines else "no message"
+
+
+def video_of(html: str, *, settings: Settings, run_asks: bool) -> bytes | None:
+    """The artifact's video when the run or this worker records them, else None.
+
+    A recording that fails costs the verdict nothing: it is logged and the verdict is
+    kept without a video.
+
+    Args:
+        html: The artifact that was just judged.
+        settings: This worker's settings (``verify_record``, ``verify_record_s``,
+            ``chromium_path``).
+        run_asks: The run was started with ``--record``.
+    """
+    if not (run_asks or settings.verify_record):
+        return None
+    try:
+        return record_bytes(
+            html, seconds=settings.verify_record_s, executable_path=settings.chromium_path
+        )
+    except RecorderUnavailable as exc:
+        logger.warning("could not record the artifact; its verdict has no video: %s", exc)
+        return None

@@ -12,11 +12,11 @@ from sqlalchemy import Engine, select
 
 from scheduler.cli.follow import until_finished
 from tests.conftest import PG_ADMIN_URL, WorkerProcess, service_env
-from tests.factories import enqueue, make_run
+from tests.factories import enqueue, make_run, passed_verdicts
 from worker.settings import Settings
 from worker.store.engine import downgrade, make_engine, migrate
 from worker.store.roles import VERIFY_ROLE, can_reconcile
-from worker.store.tables import samples, sessions, verifications
+from worker.store.tables import samples
 
 pytestmark = pytest.mark.services
 
@@ -127,14 +127,9 @@ def test_a_run_verifies_with_the_verify_role_end_to_end(
         verifier.stop()
     # Then every artifact was judged in the browser by the verify role's worker
     assert status.sessions.succeeded == 2, status
+    assert passed_verdicts(engine, run_id, "method") == ["browser", "browser"]
+    # And the verify worker's memory samples were written through its role
     with engine.connect() as conn:
-        methods = conn.execute(
-            select(verifications.c.method)
-            .join(sessions)
-            .where(sessions.c.run_id == run_id, verifications.c.passed)
-        ).scalars()
-        assert list(methods) == ["browser", "browser"]
-        # And the verify worker's memory samples were written through its role
         assert conn.execute(select(samples.c.id).where(samples.c.role == "verify")).first()
     log = "\n".join(verifier.log)
     assert "no reconciler here" in log
