@@ -7,12 +7,14 @@ import threading
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_shutdown
+from celery.signals import worker_ready, worker_shutdown
 
+from verifier.browser import sandbox_support
 from verifier.verify import close_browser, shared_browser, verify_handoff
 from worker.errors import BrowserUnavailable
 from worker.fleet.dispatch import VERIFY_TASK
 from worker.fleet.runtime import Runtime
+from worker.settings import VERIFY_QUEUE
 from worker.store.engine import make_engine
 
 logger = logging.getLogger(__name__)
@@ -68,6 +70,23 @@ def verify(self: Any, session_id: int, round_no: int) -> str:
             delay_s,
         )
         raise self.retry(countdown=delay_s, exc=exc) from None
+
+
+@worker_ready.connect  # type: ignore[untyped-decorator]
+def _say_how_pages_render(sender: Any = None, **_: Any) -> None:
+    """A verify worker says at start-up whether Chromium can sandbox the pages it renders."""
+    if sender is None or VERIFY_QUEUE not in sender.app.amqp.queues.consume_from:
+        return
+    if sender.app.settings.verifier == "static":
+        return
+    support = sandbox_support()
+    if support.available:
+        logger.info("Chromium renders artifacts in its sandbox")
+    else:
+        logger.warning(
+            "Chromium will render untrusted pages WITHOUT its sandbox (--no-sandbox): %s",
+            support.reason,
+        )
 
 
 @worker_shutdown.connect  # type: ignore[untyped-decorator]

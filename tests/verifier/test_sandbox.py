@@ -7,6 +7,7 @@ import logging
 import os
 import pwd
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import WorkerProcess
 from tests.verifier.test_browser import on_loaded
 from verifier.browser import Browser, sandbox_support
 from verifier.cli import cli
@@ -22,6 +24,8 @@ from verifier.judge import judge
 
 #: The unprivileged user the compose image runs the verify worker as.
 WORKER_USER = "nobody"
+#: Longest wait for a line in a worker's log.
+LOG_TIMEOUT_S = 30.0
 
 
 def _status(pid: int) -> dict[str, str]:
@@ -138,6 +142,27 @@ def test_root_falls_back_to_no_sandbox_with_a_warning(
     assert seen["sandboxed"] is False
     assert seen["verdict"]["sandbox"] is False
     assert all(r["seccomp"] == 0 for r in seen["renderers"])
+
+
+@pytest.mark.services
+@pytest.mark.browser
+def test_a_verify_worker_says_at_start_up_whether_it_sandboxes(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    # When a worker of the verify queue starts
+    worker = start_worker("-Q", "verify", SWARM_VERIFIER="browser")
+    # Then its log says, before any page, whether Chromium will sandbox
+    said = (
+        "Chromium renders artifacts in its sandbox"
+        if sandbox_support().available
+        else "WITHOUT its sandbox"
+    )
+    deadline = time.monotonic() + LOG_TIMEOUT_S
+    while not any(said in line for line in worker.log) and time.monotonic() < deadline:
+        time.sleep(0.1)  # polls the log the worker is writing
+    line = next((line for line in worker.log if said in line), None)
+    assert line is not None, worker.log[-20:]
+    assert said == "Chromium renders artifacts in its sandbox" or "WARNING" in line
 
 
 @pytest.mark.browser
