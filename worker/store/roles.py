@@ -46,7 +46,10 @@ def enable_verify_login(engine: Engine, verify_url: str) -> bool:
     with engine.begin() as conn:
         # ALTER ROLE takes no bind parameters: the server quotes the password itself.
         statement = conn.execute(
-            text("SELECT format('ALTER ROLE %I LOGIN PASSWORD %L', :role, :password)"),
+            text(
+                "SELECT format('ALTER ROLE %I LOGIN PASSWORD %L',"
+                " CAST(:role AS text), CAST(:password AS text))"
+            ),
             {"role": VERIFY_ROLE, "password": url.password},
         ).scalar_one()
         conn.exec_driver_sql(statement)

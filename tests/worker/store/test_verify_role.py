@@ -8,8 +8,10 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import Engine, select
 
+from scheduler.cli import cli
 from scheduler.cli.follow import until_finished
 from tests.conftest import PG_ADMIN_URL, WorkerProcess, service_env
 from tests.factories import enqueue, make_run, passed_verdicts
@@ -135,3 +137,22 @@ def test_a_run_verifies_with_the_verify_role_end_to_end(
     assert "no reconciler here" in log
     assert "permission denied" not in log.lower()
     assert verifier.errors() == []
+
+
+def test_migrate_gives_the_verify_role_the_password_of_its_url(pg_url: str) -> None:
+    # Given the verify role's URL with a password, as the compose migrate service has it
+    password = f"pw-{secrets.token_hex(6)}"
+    verify_url = pg_url.replace("postgres@", f"{VERIFY_ROLE}:{password}@", 1)
+    assert verify_url != pg_url
+    # When the database is migrated with it set
+    result = CliRunner().invoke(
+        cli, ["--database-url", pg_url, "migrate"], env={"SWARM_VERIFY_DATABASE_URL": verify_url}
+    )
+    # Then the role may log in, and a connection as it acts with its privileges only
+    assert result.exit_code == 0, result.output
+    assert f"role {VERIFY_ROLE} may log in" in result.output
+    with psycopg.connect(verify_url) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == (VERIFY_ROLE,)
+        conn.execute("SELECT count(*) FROM artifact_versions")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT count(*) FROM usage")
