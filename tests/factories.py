@@ -14,7 +14,14 @@ from worker.models.base import Content, FunctionCall, ModelRequest, ModelTurn, T
 from worker.settings import Settings
 from worker.store.engine import utcnow
 from worker.store.lifecycle import take_outbox
-from worker.store.tables import artifact_versions, artifacts, events, sessions, usage
+from worker.store.tables import (
+    artifact_versions,
+    artifacts,
+    events,
+    sessions,
+    usage,
+    verifications,
+)
 
 _seeds = itertools.count(1000)
 
@@ -171,3 +178,15 @@ def duplicates(engine: Engine) -> dict[str, int]:
                 ("version_gaps", gaps),
             )
         }
+
+
+def passed_verdicts(engine: Engine, run_id: int, column: str) -> list[Any]:
+    """``column`` of every passing verdict of a run's sessions."""
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                select(verifications.c[column])
+                .join(sessions)
+                .where(sessions.c.run_id == run_id, verifications.c.passed)
+            ).scalars()
+        )

@@ -1,4 +1,5 @@
-"""``python -m verifier check PAGE.html``: judge one artifact from the command line.
+"""``python -m verifier check PAGE.html``: judge one artifact from the command line;
+``python -m verifier record PAGE.html --out page.mp4``: record it as a video.
 
 Prints a table of checks (or one JSON object with ``--json``) on stdout and nothing else,
 saying which kinds of checks ran and why any were skipped; the exit code says whether the
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from verifier.browser import Browser, BrowserUnavailable, DisplayMode
 from verifier.judge import DEFAULT_MIN_FPS, Verdict, judge
+from verifier.record import DEFAULT_RECORD_S, FRAME_RATE, RecorderUnavailable, record_page
 from verifier.verify import browser_wanted
 from worker.errors import ConfigError
 from worker.settings import Settings
@@ -182,3 +184,64 @@ def _table(verdict: Verdict, skipped: str | None) -> str:
 def _shown(value: object) -> str:
     text = value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= _VALUE_WIDTH else text[: _VALUE_WIDTH - 3] + "..."
+
+
+#: A file to write, named on the command line.
+_FILE = click.Path(dir_okay=False, path_type=Path)
+
+
+@cli.command()
+@click.argument("page", type=_FILE)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=DEFAULT_RECORD_S,
+    show_default=True,
+    help="Length of the video.",
+)
+@click.option(
+    "--out", type=_FILE, required=True, help="The H.264 MP4 to write (1920x1080, 60 fps)."
+)
+@click.option("--master", type=_FILE, help="Also write a lossless FFV1 MKV master here.")
+@click.pass_context
+def record(
+    ctx: click.Context,
+    page: Path,
+    seconds: float,
+    out: Path,
+    master: Path | None,
+) -> None:
+    """Record PAGE running full screen in Chromium under Xvfb, as a video made by ffmpeg.
+
+    Chromium is /usr/bin/chromium unless SWARM_CHROMIUM_PATH names another (the headless
+    shell cannot render to a display). Exits 0 once the video is written, 2 if it could
+    not be made.
+    """
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        _fail(ctx, f"invalid SWARM_* settings: {exc.errors()[0]['msg']}")
+    html = _read_page(ctx, page)
+    for path in (out, master):
+        if path is not None and not path.parent.is_dir():
+            _fail(ctx, f"cannot write {path}: no directory {path.parent}")
+    chromium = settings.chromium_path
+    if chromium is not None and not chromium.exists():
+        _fail(ctx, f"Chromium not found at {chromium}")
+    try:
+        made = record_page(html, seconds=seconds, out=out, master=master, executable_path=chromium)
+    except RecorderUnavailable as exc:
+        _fail(ctx, f"could not record {page}: {exc}".splitlines()[0])
+    grabbed = "" if made.frames_grabbed is None else f", {made.frames_grabbed} frames grabbed"
+    click.echo(
+        f"wrote {out}" + (f" and {master}" if master else "") + f" ({seconds:g} s at "
+        f"{FRAME_RATE} fps{grabbed})"
+    )
+
+
+def _read_page(ctx: click.Context, page: Path) -> str:
+    try:
+        return page.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        _fail(ctx, f"cannot read {page}: {reason}")

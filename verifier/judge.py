@@ -54,12 +54,14 @@ class Verdict:
         checks: Static checks, then browser checks (absent when a static check failed).
         fps: The page's own animation frame rate, or None if it was not measured.
         screenshot_png: The viewport at the end of the measurement, if one was taken.
+        sandbox: Whether Chromium rendered the page in its sandbox; None without a browser.
     """
 
     passed: bool
     checks: list[Check]
     fps: float | None
     screenshot_png: bytes | None = field(default=None, repr=False)
+    sandbox: bool | None = None
 
     @property
     def failed(self) -> list[str]:
@@ -75,10 +77,11 @@ class Verdict:
                 for c in self.checks
             ],
             "fps": self.fps,
+            "sandbox": self.sandbox,
         }
 
     def to_json(self) -> str:
-        """The verdict as one JSON object: ``passed``, ``checks`` and ``fps``."""
+        """The verdict as one JSON object: ``passed``, ``checks``, ``fps`` and ``sandbox``."""
         return json.dumps(self.to_dict())
 
 
@@ -124,6 +127,7 @@ def judge(
         checks=checks,
         fps=round(report.fps, 1),
         screenshot_png=report.screenshot_png,
+        sandbox=report.sandboxed,
     )
 
 

@@ -98,6 +98,7 @@ class BrowserReport:
         screenshot_png: A PNG of the viewport at the end, or None if none could be taken.
         screenshot_blank: Whether every pixel of the screenshot has one colour (None: unknown).
         elapsed_s: Wall time from opening the context to closing it.
+        sandboxed: Whether Chromium rendered the page in its sandbox (set by the browser).
     """
 
     measured: bool
@@ -133,6 +134,8 @@ class BrowserReport:
     judged_until_s: float
     inputs_blocked: int
     input_listeners: tuple[str, ...]
+    sandboxed: bool | None = None
+    """Whether Chromium rendered the page in its sandbox (None: not known here)."""
 
 
 @dataclass

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from verifier.browser import Browser, default_executable
 from verifier.judge import judge
+from verifier.record import video_of
 from worker.agent.verdicts import VerdictIn, claim_handoff, record_verdict, release_handoff
 from worker.errors import BrowserUnavailable, ConfigError
 from worker.fleet.runtime import Runtime
@@ -108,6 +109,12 @@ def verify_handoff(
         except BrowserUnavailable:
             release_handoff(rt, handoff, retry_in_s=0)
             raise
+        # Recorded in a headed browser of its own: the judging browser may be headless.
+        video = (
+            None
+            if browser is None
+            else video_of(handoff.content, settings=rt.settings, run_asks=handoff.record)
+        )
     return record_verdict(
         rt,
         handoff,
@@ -118,5 +125,6 @@ def verify_handoff(
             fps=verdict.fps,
             screenshot_png=verdict.screenshot_png,
             elapsed_ms=int((time.monotonic() - started) * 1000),
+            video_mp4=video,
         ),
     )

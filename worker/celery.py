@@ -8,6 +8,7 @@ adapters around them.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from functools import cached_property
@@ -25,8 +26,11 @@ from worker.fleet.runtime import Runtime
 from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE, Settings
 from worker.store.engine import make_engine
 from worker.store.fleet import fleet_id
+from worker.store.roles import can_reconcile
 
 __all__ = ["SwarmCelery", "app", "celery_config", "create_app"]
+
+logger = logging.getLogger(__name__)
 
 
 def celery_config(settings: Settings, *, fleet: str | None = None) -> dict[str, Any]:
@@ -114,6 +118,14 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def start(self, worker: Any) -> None:
         app: SwarmCelery = worker.app
+        try:
+            allowed = can_reconcile(app.runtime.engine)
+        except Exception:  # the database may be restarting: reconcile, each pass retries
+            allowed = True
+        if not allowed:
+            # The verify role may not; the session workers' reconcilers cover verifications.
+            logger.info("this worker's database role cannot reconcile; no reconciler here")
+            return
         self.thread = ReconcilerThread(app.runtime, app.settings.reconcile_interval_s)
         self.thread.start()
 

@@ -104,6 +104,15 @@ class Settings(BaseSettings):
     """Pages rendered at once per verifier process (default: one per CPU)."""
     verify_min_fps: float = Field(default=DEFAULT_VERIFY_MIN_FPS, gt=0)
     """Frames per second a page's own animation loop must reach."""
+    verify_database_url: str | None = None
+    """Database URL of the verify worker's least-privileged role (``swarm_verify``): the
+    verify task claims, judges and records through it. A process given this and no
+    ``database_url`` uses it for everything (a verify-only worker that holds no other
+    credentials); ``scheduler migrate`` gives the role this URL's password."""
+    verify_record: bool = False
+    """Record every artifact this worker judges as a video, whatever its run asked."""
+    verify_record_s: float = Field(default=5.0, gt=0, le=60)
+    """Seconds of each artifact's video."""
 
     gemini_api_key: SecretStr | None = Field(
         default=None,
@@ -137,6 +146,12 @@ class Settings(BaseSettings):
     """Period of each worker process's resource sampler (RSS, CPU, threads)."""
     sample_flush_s: float = Field(default=2.0, gt=0)
     """Samples are written to the database in batches at least this often."""
+
+    @field_validator("verify_database_url")
+    @classmethod
+    def _normalize_verify_database_url(cls, value: str | None) -> str | None:
+        """The same URLs as ``database_url``; empty (an unset compose variable) is none."""
+        return cls._normalize_database_url(value) if value else None
 
     @field_validator("database_url")
     @classmethod
@@ -188,6 +203,13 @@ class Settings(BaseSettings):
     def _unset_if_empty(cls, value: str | None) -> str | None:
         """An empty value (as compose passes an unset variable) means Google's endpoint."""
         return value or None
+
+    @model_validator(mode="after")
+    def _verify_only_database(self) -> Settings:
+        """A process given only the verify role's URL uses it for everything."""
+        if self.verify_database_url and "database_url" not in self.model_fields_set:
+            self.database_url = self.verify_database_url
+        return self
 
     @model_validator(mode="after")
     def _renewals_fit_in_a_lease(self) -> Settings:

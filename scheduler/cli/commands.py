@@ -46,6 +46,7 @@ from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
 from worker.store.control import cancel_ladder, cancel_run, resume_run
 from worker.store.engine import make_engine, migrate, require_migrated, utcnow
 from worker.store.queries import latest_run_id, session_rows
+from worker.store.roles import VERIFY_ROLE, enable_verify_login
 
 __all__ = ["EXIT_OK", "EXIT_RUN_INCOMPLETE", "EXIT_UNAVAILABLE", "EXIT_USAGE", "cli", "main"]
 
@@ -124,6 +125,17 @@ def migrate_cmd(settings: Settings) -> None:
     """Bring the configured database to the latest schema revision."""
     migrate(settings.database_url)
     click.echo(f"database at the latest revision ({safe_url(settings.database_url)})")
+    if settings.verify_database_url and settings.verify_database_url != settings.database_url:
+        _enable_verify_login(settings)
+
+
+def _enable_verify_login(settings: Settings) -> None:
+    engine = make_engine(settings)
+    try:
+        if enable_verify_login(engine, settings.verify_database_url or ""):
+            click.echo(f"role {VERIFY_ROLE} may log in with SWARM_VERIFY_DATABASE_URL's password")
+    finally:
+        engine.dispose()
 
 
 @cli.command()

@@ -155,6 +155,7 @@ _CONFIG_FIELDS = (
     "sim_latency_ms",
     "sim_flaw_rate",
     "cache",
+    "record",
 )
 
 
@@ -270,6 +271,12 @@ def _shared_options() -> list[Callable[..., Any]]:
             default=_default("sim_flaw_rate"),
             show_default=True,
             help="Share of sim first drafts with a defect.",
+        ),
+        click.option(
+            "--record",
+            is_flag=True,
+            help="Record every artifact verified in the browser as a 1080p60 video, "
+            "stored with its verdict and played in the report's gallery.",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print the status as JSON."),
     ]

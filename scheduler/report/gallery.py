@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import io
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
+from urllib.parse import quote
 
 from PIL import Image
 from sqlalchemy import and_, func, select
@@ -50,6 +52,15 @@ class Shot:
     failing_checks: list[dict[str, str]]
     """``name`` and ``detail`` of each check the latest verdict failed."""
     screenshot_png: bytes | None = field(default=None, repr=False)
+    run_id: int = 0
+    verification_id: int | None = None
+    """The latest verdict's row, where its video is kept."""
+    has_video: bool = False
+    """The latest verdict has a video (the run, or its verify worker, recorded it)."""
+    screenshot_href: str | None = None
+    """Where the full-size screenshot was written, relative to the page (:func:`write_assets`)."""
+    video_href: str | None = None
+    """Where the video was written, relative to the page."""
 
     def data_uri(self) -> str | None:
         """The screenshot, shrunk to a thumbnail, as a ``data:`` URI; None without one."""
@@ -126,6 +137,8 @@ def _detail(conn: Connection, run_id: int) -> RunDetail:
             v.c.fps,
             v.c.checks,
             v.c.screenshot_png,
+            v.c.id,
+            v.c.video_mp4.isnot(None),
         )
         .join(waves, waves.c.id == sessions.c.wave_id)
         .outerjoin(per, per.c.session_id == sessions.c.id)
@@ -152,7 +165,57 @@ def _detail(conn: Connection, run_id: int) -> RunDetail:
                 if not c.get("passed")
             ],
             screenshot_png=r[11],
+            run_id=run_id,
+            verification_id=r[12],
+            has_video=bool(r[13]),
         )
         for r in rows
     ]
     return RunDetail(sorted(series.values(), key=lambda s: (s.role, s.host, s.pid)), gallery)
+
+
+def assets_dir(html_path: Path) -> Path:
+    """The directory beside a report page that holds its full-size screenshots and videos."""
+    return html_path.with_name(f"{html_path.stem}_files")
+
+
+def write_assets(
+    conn: Connection, details: Mapping[int, RunDetail], html_path: Path
+) -> dict[int, RunDetail]:
+    """Write each shot's full-size screenshot and video beside the page; link them.
+
+    They are files, not ``data:`` URIs: a run's screenshots and videos weigh hundreds of
+    megabytes, and a browser opens no ``data:`` link. Videos are read one at a time.
+
+    Returns:
+        ``details`` with every shot's ``screenshot_href`` and ``video_href`` set.
+
+    Raises:
+        OSError: The directory or a file could not be written.
+    """
+    directory = assets_dir(html_path)
+    linked: dict[int, RunDetail] = {}
+    for run_id, detail in details.items():
+        shots = []
+        for shot in detail.gallery:
+            stem = f"run{run_id}-session{shot.session_index}"
+            screenshot_href = video_href = None
+            if shot.screenshot_png is not None:
+                screenshot_href = _write(directory, f"{stem}.png", shot.screenshot_png)
+            if shot.has_video and shot.verification_id is not None:
+                video = conn.execute(
+                    select(verifications.c.video_mp4).where(
+                        verifications.c.id == shot.verification_id
+                    )
+                ).scalar()
+                if video is not None:
+                    video_href = _write(directory, f"{stem}.mp4", video)
+            shots.append(replace(shot, screenshot_href=screenshot_href, video_href=video_href))
+        linked[run_id] = replace(detail, gallery=shots)
+    return linked
+
+
+def _write(directory: Path, name: str, data: bytes) -> str:
+    directory.mkdir(exist_ok=True)
+    (directory / name).write_bytes(data)
+    return f"{quote(directory.name)}/{quote(name)}"

@@ -1,8 +1,11 @@
-"""``report --html``: one self-contained page with tables, charts and the artifact gallery.
+"""``report --html``: one page with tables, charts and the artifact gallery.
 
-Nothing on the page is fetched: CSS is inline, charts are inline SVG drawn by matplotlib
-(no pyplot, no global backend), screenshots are ``data:`` URIs. The template is Jinja2 with
-autoescaping on; only the SVG that matplotlib wrote is marked safe.
+Nothing on the page is fetched from the network: CSS is inline, charts are inline SVG drawn
+by matplotlib (no pyplot, no global backend), thumbnails are ``data:`` URIs. The gallery's
+full-size screenshots and the videos of recorded runs are files in a directory beside the
+page (:func:`~scheduler.report.gallery.write_assets`): each thumbnail links its screenshot,
+and each video plays in place. The template is Jinja2 with autoescaping on; only the SVG
+that matplotlib wrote is marked safe.
 """
 
 from __future__ import annotations

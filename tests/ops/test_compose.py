@@ -34,9 +34,8 @@ HEALTHCHECK_TIMEOUT_S = 60
 
 def _config(**env: str) -> subprocess.CompletedProcess[str]:
     assert COMPOSE is not None, "docker-compose is required in CI"
-    clean = {
-        k: v for k, v in os.environ.items() if k not in ("POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH")
-    }
+    secrets = ("POSTGRES_PASSWORD", "VERIFY_DB_PASSWORD", "FLOWER_BASIC_AUTH")
+    clean = {k: v for k, v in os.environ.items() if k not in secrets}
     return subprocess.run(
         [COMPOSE, "-f", str(ROOT / "docker-compose.yml"), "config"],
         env={**clean, **env},
@@ -48,7 +47,9 @@ def _config(**env: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
-    result = _config(POSTGRES_PASSWORD="pw-for-test", FLOWER_BASIC_AUTH="admin:pw")
+    result = _config(
+        POSTGRES_PASSWORD="pw-for-test", VERIFY_DB_PASSWORD="vpw", FLOWER_BASIC_AUTH="admin:pw"
+    )
     assert result.returncode == 0, result.stderr
     parsed: dict[str, Any] = yaml.safe_load(result.stdout)
     return parsed
@@ -90,9 +91,26 @@ def test_services_and_health_ordering(config: dict[str, Any]) -> None:
 
 @needs_compose
 def test_flower_requires_its_credentials_alone() -> None:
-    result = _config(POSTGRES_PASSWORD="pw-for-test")
+    result = _config(POSTGRES_PASSWORD="pw-for-test", VERIFY_DB_PASSWORD="vpw")
     assert result.returncode != 0
     assert "FLOWER_BASIC_AUTH" in result.stderr
+
+
+@needs_compose
+def test_the_verify_worker_holds_only_its_own_role(config: dict[str, Any]) -> None:
+    services = config["services"]
+    verify_url = "postgresql://swarm_verify:vpw@postgres:5432/swarm"
+    # the verify worker has the verify role's URL, no owner URL and no model key
+    env = services["verify"]["environment"]
+    assert env["SWARM_VERIFY_DATABASE_URL"] == verify_url
+    assert not {"SWARM_DATABASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"} & set(env)
+    assert not any("pw-for-test" in str(value) for value in env.values())
+    # the migration gives that role its password; the session workers keep the owner's
+    assert services["migrate"]["environment"]["SWARM_VERIFY_DATABASE_URL"] == verify_url
+    assert "swarm:pw-for-test@" in services["sessions"]["environment"]["SWARM_DATABASE_URL"]
+    # and the role cannot be started without its password
+    result = _config(POSTGRES_PASSWORD="pw-for-test", FLOWER_BASIC_AUTH="admin:pw")
+    assert result.returncode != 0 and "VERIFY_DB_PASSWORD" in result.stderr
 
 
 @needs_compose

@@ -268,7 +268,7 @@ def test_verdict_json_round_trip() -> None:
     data = json.loads(verdict.to_json())
     assert data["passed"] is False
     assert data["fps"] == 60.0
-    assert set(data) == {"passed", "checks", "fps"}
+    assert set(data) == {"passed", "checks", "fps", "sandbox"}
     blocked = next(c for c in data["checks"] if c["name"] == "no_blocked_requests")
     assert blocked == {
         "name": "no_blocked_requests",

@@ -92,6 +92,9 @@ class RunConfig(BaseModel):
     cache: Literal["implicit", "explicit"] = "implicit"
     """Gemini context caching: the API's implicit cache, or one explicit cache per run
     holding the stable prefix (system instruction and tools)."""
+    record: bool = False
+    """Record every artifact the run verifies in a browser as a video, kept with its
+    verdict."""
 
     @field_validator("sim_mix")
     @classmethod

@@ -36,6 +36,8 @@ class Handoff:
     epoch: int | None = None
     """The lease this worker holds to judge it (:func:`claim_handoff`); only its holder
     records the verdict."""
+    record: bool = False
+    """The run asks for a video of every artifact it verifies."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class VerdictIn:
     fps: float | None = None
     screenshot_png: bytes | None = None
     elapsed_ms: int = 0
+    video_mp4: bytes | None = None
 
 
 def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | None:
@@ -56,7 +59,7 @@ def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | No
     s = sessions
     with rt.engine.connect() as conn:
         row = conn.execute(
-            select(s.c.handoff_version_id, _versions.c.content, runs.c.profile)
+            select(s.c.handoff_version_id, _versions.c.content, runs.c.profile, runs.c.config)
             .join(_versions, _versions.c.id == s.c.handoff_version_id)
             .join(runs, runs.c.id == s.c.run_id)
             .where(
@@ -74,6 +77,7 @@ def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | No
         row.content,
         get_profile(row.profile).artifact_max_bytes,
         row.profile,
+        record=RunConfig.model_validate(row.config).record,
     )
 
 
@@ -143,6 +147,7 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
                 fps=verdict.fps,
                 screenshot_png=verdict.screenshot_png,
                 elapsed_ms=verdict.elapsed_ms,
+                video_mp4=verdict.video_mp4,
                 created_at=now,
             )
         )

@@ -249,6 +249,8 @@ class Verification(Base):
     fps: Mapped[float | None] = mapped_column(Float)
     screenshot_png: Mapped[bytes | None] = mapped_column(LargeBinary)
     elapsed_ms: Mapped[int] = mapped_column(Integer)
+    video_mp4: Mapped[bytes | None] = mapped_column(LargeBinary)
+    """The artifact as a video, when the run or the verify worker records them."""
     created_at: Mapped[datetime] = _ts(nullable=False)
 
 
