@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import Enum
-from typing import NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from worker.agent import history, limits
 from worker.agent.events import (
@@ -28,6 +28,7 @@ from worker.agent.events import (
 from worker.agent.profiles import get_profile
 from worker.agent.prompt import build_prefix, user_text
 from worker.agent.runs import RunConfig
+from worker.agent.timings import TurnTimer
 from worker.agent.tools import ToolContext, run_tool
 from worker.errors import (
     ConfigError,
@@ -88,37 +89,66 @@ def run_turn(
         TransientError: the model is unavailable for now; retry after ``delay_s``.
     """
     started = time.monotonic()
+    timer = TurnTimer()
+    claimed_at = rt.clock()
     with rt.engine.begin() as conn:
         claim = lifecycle.claim_turn(
             conn,
             session_id=session_id,
             turn_no=turn_no,
             owner=rt.owner,
-            now=rt.clock(),
+            now=claimed_at,
             ttl_s=rt.settings.lease_ttl_s,
         )
+        if claim is None:
+            lifecycle.count_duplicate_turn(conn, session_id=session_id)
     if claim is None:
         logger.info("turn %s/%s skipped: not due", session_id, turn_no)
         return TurnOutcome.skipped
+    timer.lap("claim")
+    ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no))
     # The lease lives as long as this worker does: renewed through the model call.
     with rt.leases.hold(claim.session_id, claim.epoch):
         try:
-            outcome, calls = _play(rt, claim, retries=retries, model=model)
+            outcome, calls = _play(rt, claim, ledger, retries=retries, model=model)
         except SessionStopped as stop:
             return _end(rt, claim, stop)
     logger.info(
-        "turn %s/%s %s in %.2fs (%d calls)",
+        "turn %s/%s %s in %.2fs (%d calls, model %.0f ms, cpu %.1f ms)",
         session_id,
         turn_no,
         outcome.value,
         time.monotonic() - started,
         calls,
+        timer.ms("model"),
+        timer.cpu_ms(),
     )
     return outcome
 
 
+class _Ledger(NamedTuple):
+    """A turn's stopwatch and what it needs to become the turn's timing row."""
+
+    timer: TurnTimer
+    claimed_at: datetime
+    dispatched_at: datetime | None
+    dispatch_ms: float | None
+
+    def row(self) -> dict[str, Any]:
+        return self.timer.row(
+            claimed_at=self.claimed_at,
+            dispatched_at=self.dispatched_at,
+            dispatch_ms=self.dispatch_ms,
+        )
+
+
 def _play(
-    rt: Runtime, claim: lifecycle.Claim, *, retries: int, model: Model | None
+    rt: Runtime,
+    claim: lifecycle.Claim,
+    ledger: _Ledger,
+    *,
+    retries: int,
+    model: Model | None,
 ) -> tuple[TurnOutcome, int]:
     """Check the guards, call the model and commit; returns the outcome and the calls made.
 
@@ -149,10 +179,11 @@ def _play(
         history=tuple(history.rebuild(log)),
         tool_mode=profile.tool_mode,
     )
-    called = time.monotonic()
-    answer = _generate(rt, claim, request, model or _model_for(rt, view), retries=retries)
-    latency_ms = int((time.monotonic() - called) * 1000)
-    outcome = _commit(rt, claim, view, log, config, answer, latency_ms)
+    chosen = model or _model_for(rt, view)
+    ledger.timer.lap("rebuild")
+    answer = _generate(rt, claim, request, chosen, retries=retries)
+    ledger.timer.lap("model")
+    outcome = _commit(rt, claim, view, log, config, answer, ledger)
     return outcome, len(answer.calls)
 
 
@@ -192,7 +223,7 @@ def _commit(
     log: list[Event],
     config: RunConfig,
     answer: ModelTurn,
-    latency_ms: int,
+    ledger: _Ledger,
 ) -> TurnOutcome:
     """Commit the turn: its events, tool effects, usage and ``next_turn + 1``, at once.
 
@@ -217,7 +248,9 @@ def _commit(
             answer.content, max_chars=STORED_ARG_CEILINGS * profile.artifact_max_bytes
         )
         items: list[Event] = [ModelOutput(stored, answer.finish_reason)]
+        ledger.timer.lap("commit")
         items += _run_tools(answer, ctx)
+        ledger.timer.lap("tools")
         if not answer.calls:
             items.append(Nudge(NudgeReason.no_tool_call, user_text(NO_CALL_NOTICE)))
         loop, warnings = (
@@ -246,11 +279,20 @@ def _commit(
                 "tool_use_tokens": usage.tool_use_tokens,
                 "cost_usd": rt.prices.cost_usd(view.model, usage),
                 "price_date": rt.prices.price(view.model).as_of,
-                "latency_ms": latency_ms,
+                "latency_ms": int(ledger.timer.ms("model")),
             },
         )
+        ledger.timer.lap("commit")
+        sessions.add_timing(
+            conn,
+            session_id=claim.session_id,
+            run_id=view.run_id,
+            turn_no=claim.turn_no,
+            values=ledger.row(),
+        )
+        # The next turn's queue wait starts here, not when this commit began.
         committed = lifecycle.fence_turn(
-            conn, claim=claim, now=now, handoff_version_id=ctx.handed_off
+            conn, claim=claim, now=rt.clock(), handoff_version_id=ctx.handed_off
         )
         assert committed, "the lease was checked under a row lock in this transaction"
     if loop is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +24,9 @@ from worker.store.engine import utcnow
 
 logger = logging.getLogger(__name__)
 
+#: Send times remembered for the turns this process dispatched, until one claims them.
+SEND_TIMES_KEPT = 10_000
+
 
 @dataclass
 class Runtime:
@@ -38,6 +43,8 @@ class Runtime:
     def __post_init__(self) -> None:
         if self.prices is None:
             self.prices = PriceTable.load(self.settings.prices_file)
+        self._send_ms: dict[tuple[int, int], float] = {}
+        self._send_lock = threading.Lock()
 
     @cached_property
     def leases(self) -> LeaseKeeper:
@@ -60,7 +67,10 @@ class Runtime:
         sent = 0
         for item in items:
             try:
+                started = time.perf_counter()
                 self.dispatcher.send(item)
+                if item.kind == "turn":
+                    self._sent(item, (time.perf_counter() - started) * 1000)
                 sent += 1
             except Exception:  # the broker may be down; the database still says it is due
                 logger.warning(
@@ -71,6 +81,18 @@ class Runtime:
                     exc_info=True,
                 )
         return sent
+
+    def _sent(self, item: lifecycle.Dispatch, ms: float) -> None:
+        with self._send_lock:
+            if len(self._send_ms) >= SEND_TIMES_KEPT:
+                # Turns claimed by other processes are never taken: forget the oldest.
+                del self._send_ms[next(iter(self._send_ms))]
+            self._send_ms[(item.session_id, item.number)] = ms
+
+    def send_ms(self, session_id: int, turn_no: int) -> float | None:
+        """How long sending turn ``turn_no``'s task took, if this process sent it (once)."""
+        with self._send_lock:
+            return self._send_ms.pop((session_id, turn_no), None)
 
     def flush_outbox(self, run_id: int | None = None) -> int:
         """Start the waves the database says are due, and send their first turns."""

@@ -35,6 +35,8 @@ class Claim:
     epoch: int
     attempts: int
     expires_at: datetime
+    dispatched_at: datetime | None = None
+    """When the task that claimed it was dispatched (before the claim), if recorded."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,19 @@ def claim_turn(
     )
     if row is None:
         return None
-    return Claim(session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at)
+    return Claim(
+        session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at, row.dispatched_at
+    )
+
+
+def count_duplicate_turn(conn: Connection, *, session_id: int) -> None:
+    """Count on its run a turn task that found its turn not due (sent again, or late)."""
+    run_id = select(sessions.c.run_id).where(sessions.c.id == session_id).scalar_subquery()
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id)
+        .values(duplicate_turn_tasks=runs.c.duplicate_turn_tasks + 1)
+    )
 
 
 def claim_verification(
@@ -118,7 +132,7 @@ def _take_lease(
             lease_expires_at=expires_at,
             **values,
         )
-        .returning(sessions.c.lease_epoch, sessions.c.turn_attempts)
+        .returning(sessions.c.lease_epoch, sessions.c.turn_attempts, sessions.c.dispatched_at)
     ).first()
 
 

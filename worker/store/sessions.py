@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
 
-from worker.store.tables import events, runs, sessions, usage
+from worker.store.tables import events, runs, sessions, turn_timings, usage
 
 
 class LogEntry(Protocol):
@@ -147,4 +147,13 @@ def add_usage(
         insert(usage).values(
             session_id=session_id, run_id=run_id, turn_no=turn_no, created_at=now, **values
         )
+    )
+
+
+def add_timing(
+    conn: Connection, *, session_id: int, run_id: int, turn_no: int, values: dict[str, Any]
+) -> None:
+    """Record the timing ledger row of one committed turn (``TurnTimer.row``)."""
+    conn.execute(
+        insert(turn_timings).values(session_id=session_id, run_id=run_id, turn_no=turn_no, **values)
     )
