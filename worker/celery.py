@@ -19,6 +19,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from worker.agent.turn import run_turn
 from worker.errors import TransientError
 from worker.fleet import sampler
+from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
 from worker.fleet.reconciler import ReconcilerThread
 from worker.fleet.runtime import Runtime
@@ -114,12 +115,25 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def start(self, worker: Any) -> None:
         app: SwarmCelery = worker.app
-        self.thread = ReconcilerThread(app.runtime, app.settings.reconcile_interval_s)
+        self.thread = ReconcilerThread(
+            app.runtime, app.settings.reconcile_interval_s, probe=broker_probe(app)
+        )
         self.thread.start()
 
     def stop(self, worker: Any) -> None:
         if self.thread is not None:
             self.thread.stop()
+
+
+def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:
+    """What tells the reconciler which messages the broker still holds, for a Redis broker."""
+    if not app.settings.broker_url.startswith(("redis://", "rediss://")):
+        return None
+    return RedisBrokerProbe(
+        app.settings.broker_url,
+        prefix=f"swarm:{app.fleet}:" if app.fleet else "",
+        queues=(SESSIONS_QUEUE, VERIFY_QUEUE),
+    )
 
 
 def create_app(settings: Settings | None = None) -> SwarmCelery:
