@@ -8,6 +8,7 @@ adapters around them.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from functools import cached_property
@@ -28,6 +29,8 @@ from worker.store.engine import make_engine
 from worker.store.fleet import fleet_id
 
 __all__ = ["SwarmCelery", "app", "celery_config", "create_app"]
+
+logger = logging.getLogger(__name__)
 
 
 def celery_config(settings: Settings, *, fleet: str | None = None) -> dict[str, Any]:
@@ -179,6 +182,25 @@ def _start_sampler(celery_app: SwarmCelery) -> None:
         settings=celery_app.settings,
         queues=celery_app.amqp.queues.consume_from,
     )
+    _start_metrics(celery_app)
+
+
+def _start_metrics(celery_app: SwarmCelery) -> None:
+    """Serve this process's Prometheus metrics, when ``SWARM_METRICS_PORT`` is set."""
+    settings = celery_app.settings
+    if settings.metrics_port is None:
+        return
+    # Imported here: a worker without the endpoint never loads prometheus_client.
+    from worker.fleet.metrics import Metrics
+
+    rt = celery_app.runtime
+    metrics = Metrics(rt.engine)
+    try:
+        metrics.serve(settings.metrics_port, settings.metrics_addr)
+    except OSError as exc:  # the port is taken (another worker on this host)
+        logger.warning("no metrics endpoint on port %d: %s", settings.metrics_port, exc)
+        return
+    rt.observer = metrics
 
 
 @signals.task_prerun.connect  # type: ignore[untyped-decorator]

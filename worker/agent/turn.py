@@ -28,7 +28,7 @@ from worker.agent.events import (
 from worker.agent.profiles import get_profile
 from worker.agent.prompt import build_prefix, user_text
 from worker.agent.runs import RunConfig
-from worker.agent.timings import TurnTimer
+from worker.agent.timings import OVERHEAD_PHASES, PHASES, TurnTimer
 from worker.agent.tools import ToolContext, run_tool
 from worker.errors import (
     ConfigError,
@@ -39,8 +39,8 @@ from worker.errors import (
     ToolError,
     TransientError,
 )
-from worker.fleet.runtime import Runtime
-from worker.models.base import Model, ModelRequest, ModelTurn
+from worker.fleet.runtime import Runtime, TurnObserver
+from worker.models.base import Model, ModelRequest, ModelTurn, TokenUsage
 from worker.states import Outcome, RunStatus
 from worker.store import lifecycle, sessions
 
@@ -88,6 +88,20 @@ def run_turn(
     Raises:
         TransientError: the model is unavailable for now; retry after ``delay_s``.
     """
+    try:
+        outcome = _run_turn(rt, session_id, turn_no, retries=retries, model=model)
+    except TransientError:
+        if rt.observer is not None:
+            rt.observer.after_turn(outcome="retried")
+        raise
+    if rt.observer is not None:
+        rt.observer.after_turn(outcome=outcome.value)
+    return outcome
+
+
+def _run_turn(
+    rt: Runtime, session_id: int, turn_no: int, *, retries: int, model: Model | None
+) -> TurnOutcome:
     started = time.monotonic()
     timer = TurnTimer()
     claimed_at = rt.clock()
@@ -264,6 +278,7 @@ def _commit(
             conn, session_id=claim.session_id, turn_no=claim.turn_no, items=items, now=now
         )
         usage = answer.usage
+        cost_usd = rt.prices.cost_usd(view.model, usage)
         sessions.add_usage(
             conn,
             session_id=claim.session_id,
@@ -277,24 +292,27 @@ def _commit(
                 "output_tokens": usage.output_tokens,
                 "thoughts_tokens": usage.thoughts_tokens,
                 "tool_use_tokens": usage.tool_use_tokens,
-                "cost_usd": rt.prices.cost_usd(view.model, usage),
+                "cost_usd": cost_usd,
                 "price_date": rt.prices.price(view.model).as_of,
                 "latency_ms": int(ledger.timer.ms("model")),
             },
         )
         ledger.timer.lap("commit")
+        timing = ledger.row()
         sessions.add_timing(
             conn,
             session_id=claim.session_id,
             run_id=view.run_id,
             turn_no=claim.turn_no,
-            values=ledger.row(),
+            values=timing,
         )
         # The next turn's queue wait starts here, not when this commit began.
         committed = lifecycle.fence_turn(
             conn, claim=claim, now=rt.clock(), handoff_version_id=ctx.handed_off
         )
         assert committed, "the lease was checked under a row lock in this transaction"
+    if rt.observer is not None:
+        _observe(rt.observer, view.model, timing, usage, cost_usd)
     if loop is not None:
         raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
     nxt = (
@@ -304,6 +322,26 @@ def _commit(
     )
     rt.send_all([nxt])
     return TurnOutcome.committed
+
+
+def _observe(
+    observer: TurnObserver, model: str, timing: dict[str, Any], usage: TokenUsage, cost_usd: float
+) -> None:
+    phases = {p: timing[f"{p}_ms"] for p in PHASES}
+    phases["overhead"] = sum(ms or 0.0 for p, ms in phases.items() if p in OVERHEAD_PHASES)
+    observer.after_commit(
+        model=model,
+        phases_ms=phases,
+        cpu_ms=timing["cpu_ms"],
+        tokens={
+            "prompt": usage.prompt_tokens,
+            "cached": usage.cached_tokens,
+            "output": usage.output_tokens,
+            "thoughts": usage.thoughts_tokens,
+            "tool_use": usage.tool_use_tokens,
+        },
+        cost_usd=cost_usd,
+    )
 
 
 def _run_tools(answer: ModelTurn, ctx: ToolContext) -> list[Event]:

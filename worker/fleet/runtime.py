@@ -7,10 +7,11 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from typing import Protocol
 
 from sqlalchemy import Engine
 
@@ -28,6 +29,26 @@ logger = logging.getLogger(__name__)
 SEND_TIMES_KEPT = 10_000
 
 
+class TurnObserver(Protocol):
+    """Told how each turn task ended and what each committed turn took (metrics)."""
+
+    def after_turn(self, *, outcome: str) -> None:
+        """A turn task ended: skipped, fenced, committed or ended."""
+        ...
+
+    def after_commit(
+        self,
+        *,
+        model: str,
+        phases_ms: Mapping[str, float | None],
+        cpu_ms: float,
+        tokens: Mapping[str, int],
+        cost_usd: float,
+    ) -> None:
+        """A turn committed: its phases, CPU, tokens by kind and dollars."""
+        ...
+
+
 @dataclass
 class Runtime:
     """Dependencies of the turn loop and the verdict path, built once per process."""
@@ -39,6 +60,8 @@ class Runtime:
     """Defaults to the built-in table with the settings' price file on top."""
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     clock: Callable[[], datetime] = utcnow
+    observer: TurnObserver | None = None
+    """Told about every turn (the worker's metrics), if set."""
 
     def __post_init__(self) -> None:
         if self.prices is None:
