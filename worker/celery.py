@@ -136,6 +136,9 @@ def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:
         app.settings.broker_url,
         prefix=f"swarm:{app.fleet}:" if app.fleet else "",
         queues=(SESSIONS_QUEUE, VERIFY_QUEUE),
+        owner=app.runtime.owner,
+        # A live worker beats every pass; a saturated one may miss a few.
+        silence_s=max(6 * app.settings.reconcile_interval_s, 30.0),
     )
 
 

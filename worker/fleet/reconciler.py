@@ -10,7 +10,8 @@ fleet turns wait in the queue for longer than any fixed delay, and sending them 
 floods the queue with duplicates that are consumed only to be skipped. So, when it can read
 the broker (:mod:`worker.fleet.broker`), the reconciler sends again only what the broker
 does not hold: a message still queued is waiting, one a worker reserved is about to run
-(unless it was reserved longer than ``redispatch_after_s`` ago: its worker is gone). A
+(unless a worker of the fleet fell silent and it was reserved longer than
+``redispatch_after_s`` ago: it may be the dead worker's). A
 message the broker does not hold on two passes in a row is lost (a restarted Redis loses
 them all), and is sent again within two passes, not after ``redispatch_after_s``. Without
 a readable broker, the delays alone decide, as before. Sending twice stays harmless: a
@@ -51,6 +52,8 @@ class Reconciler:
     def run_once(self) -> int:
         """One pass; returns how many tasks were sent."""
         rt, now = self.rt, self.rt.clock()
+        if self.probe is not None:
+            self.probe.heartbeat()
         settings = rt.settings
         stale = now - timedelta(seconds=settings.redispatch_after_s)
         stale_verify = now - timedelta(seconds=settings.verify_redispatch_after_s)
@@ -90,13 +93,14 @@ class Reconciler:
             return False
         reserved_at = view.reserved.get(u.task_id)
         if reserved_at is not None:
-            # A live worker claims what it reserved within moments (a retry at its ETA);
-            # long unclaimed, the worker holding it is gone, and kombu would hand it back
-            # only after its visibility timeout.
+            # Reserved by a live worker, it runs as soon as that worker gets to it (a
+            # saturated one can take long). Only when a worker fell silent may a message
+            # reserved long ago be its, and kombu would hand it back only after its
+            # visibility timeout.
             window_s = (self.rt.clock() - since).total_seconds()
             if u.dispatched_at is not None:
                 reserved_at = max(reserved_at, u.dispatched_at.timestamp())
-            return reserved_at < time.time() - window_s
+            return view.silent_workers > 0 and reserved_at < time.time() - window_s
         return u.task_id in self.missing or overdue
 
 
@@ -139,5 +143,7 @@ class ReconcilerThread(threading.Thread):
                 return
 
     def stop(self) -> None:
-        """Stop after the current pass."""
+        """Stop after the current pass; a warm shutdown hands its reserved messages back."""
         self._stop_event.set()
+        if self.reconciler.probe is not None:
+            self.reconciler.probe.sign_off()

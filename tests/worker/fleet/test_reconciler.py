@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, cast
@@ -91,10 +92,10 @@ def test_a_lost_turn_is_sent_again_on_the_second_pass(
     assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
 
 
-def test_a_turn_reserved_long_ago_by_a_worker_is_taken_for_lost(
+def test_a_reserved_turn_is_lost_only_when_a_worker_fell_silent(
     runtime: Runtime, app: Any, probe: RedisBrokerProbe, settings: Settings
 ) -> None:
-    # Given a turn whose message a consumer reserved (unacknowledged) and never ran
+    # Given a turn whose message a consumer reserved (unacknowledged) long ago and never ran
     _, (sid,) = make_run(runtime.engine)
     CeleryDispatcher(app).send(Dispatch(sid, "turn", 0))
     _dispatched_ago(runtime, sid, 10 * settings.redispatch_after_s)
@@ -102,19 +103,23 @@ def test_a_turn_reserved_long_ago_by_a_worker_is_taken_for_lost(
         queue = conn.SimpleQueue(SESSIONS_QUEUE)
         message = queue.get(timeout=10)
         assert message.headers["id"] == f"turn:{sid}:0"
-        reconciler = Reconciler(runtime, probe)
-        # When it was reserved just now, Then it is about to run: nothing is sent
-        assert f"turn:{sid}:0" in (probe.view() or pytest.fail("no view")).reserved
-        assert reconciler.run_once() == 0
-        # When it was reserved longer ago than redispatch_after_s, Then its worker is
-        # taken for gone and the turn is sent again
         key = f"{probe.prefix}unacked_index"
         for tag in probe.client.zrange(key, 0, -1):
             probe.client.zincrby(key, -10 * settings.redispatch_after_s, cast(bytes, tag))
+        reconciler = Reconciler(runtime, probe)
+        # When every worker of the fleet beats, Then the turn waits for the one holding it
+        assert f"turn:{sid}:0" in (probe.view() or pytest.fail("no view")).reserved
+        assert reconciler.run_once() + reconciler.run_once() == 0
+        # When a worker fell silent, Then the turn may be its, and is sent again
+        silent_at = time.time() - 2 * probe.silence_s
+        probe.client.hset(probe.workers_key, "gone-host:4242", str(silent_at))
         assert reconciler.run_once() == 1
         message.ack()
         queue.close()
     assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+    # and a worker that stops on purpose signs off, so its silence is no death
+    probe.sign_off()
+    assert runtime.owner.encode() not in probe.client.hgetall(probe.workers_key)
 
 
 @pytest.mark.slow
