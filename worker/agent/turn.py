@@ -177,12 +177,18 @@ def _play(
         )
     with rt.engine.connect() as conn:
         view = sessions.load_session(conn, session_id=claim.session_id)
-        spent = limits.spend(conn, session_id=claim.session_id, run_id=view.run_id)
-    config = RunConfig.model_validate(view.run_config)
+        config = RunConfig.model_validate(view.run_config)
+        # Summing the run's usage rows costs the database more with every turn of the run:
+        # only a limit to check is worth it.
+        limited = view.run_budget_usd is not None or config.max_tokens or config.max_cost_usd
+        spent = (
+            limits.spend(conn, session_id=claim.session_id, run_id=view.run_id) if limited else None
+        )
     if view.run_status == RunStatus.cancelled.value:
         raise SessionStopped("the run was cancelled", outcome=Outcome.cancelled)
     limits.check_turns(config, claim.turn_no)
-    limits.check_spend(config, spent, view.run_budget_usd)
+    if spent is not None:
+        limits.check_spend(config, spent, view.run_budget_usd)
     log = [decode(kind, payload) for kind, payload in view.events]
     profile = get_profile(view.profile)
     prefix = build_prefix(profile)
@@ -275,7 +281,12 @@ def _commit(
             items.append(Nudge(NudgeReason.loop, user_text(loop.message), loop_kind=loop.kind))
             loop = None
         sessions.add_events(
-            conn, session_id=claim.session_id, turn_no=claim.turn_no, items=items, now=now
+            conn,
+            session_id=claim.session_id,
+            turn_no=claim.turn_no,
+            items=items,
+            now=now,
+            first_seq=view.next_seq,
         )
         usage = answer.usage
         cost_usd = rt.prices.cost_usd(view.model, usage)
