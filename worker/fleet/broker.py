@@ -136,6 +136,9 @@ class RedisBrokerProbe:
         now = time.time()
         silent, forgotten = 0, []
         for owner, at in beats.items():
+            if owner.decode() == self.owner:
+                # A saturated worker can be slow to beat, but is never dead to itself.
+                continue
             age_s = now - float(at)
             if age_s > FORGET_AFTER_S:
                 forgotten.append(owner)
