@@ -20,6 +20,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from worker.agent.turn import run_turn
 from worker.errors import TransientError
 from worker.fleet import sampler
+from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
 from worker.fleet.reconciler import ReconcilerThread
 from worker.fleet.runtime import Runtime
@@ -126,12 +127,28 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             # The verify role may not; the session workers' reconcilers cover verifications.
             logger.info("this worker's database role cannot reconcile; no reconciler here")
             return
-        self.thread = ReconcilerThread(app.runtime, app.settings.reconcile_interval_s)
+        self.thread = ReconcilerThread(
+            app.runtime, app.settings.reconcile_interval_s, probe=broker_probe(app)
+        )
         self.thread.start()
 
     def stop(self, worker: Any) -> None:
         if self.thread is not None:
             self.thread.stop()
+
+
+def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:
+    """What tells the reconciler which messages the broker still holds, for a Redis broker."""
+    if not app.settings.broker_url.startswith(("redis://", "rediss://")):
+        return None
+    return RedisBrokerProbe(
+        app.settings.broker_url,
+        prefix=f"swarm:{app.fleet}:" if app.fleet else "",
+        queues=(SESSIONS_QUEUE, VERIFY_QUEUE),
+        owner=app.runtime.owner,
+        # A live worker beats every pass; a saturated one may miss a few.
+        silence_s=max(6 * app.settings.reconcile_interval_s, 30.0),
+    )
 
 
 def create_app(settings: Settings | None = None) -> SwarmCelery:
@@ -177,6 +194,25 @@ def _start_sampler(celery_app: SwarmCelery) -> None:
         settings=celery_app.settings,
         queues=celery_app.amqp.queues.consume_from,
     )
+    _start_metrics(celery_app)
+
+
+def _start_metrics(celery_app: SwarmCelery) -> None:
+    """Serve this process's Prometheus metrics, when ``SWARM_METRICS_PORT`` is set."""
+    settings = celery_app.settings
+    if settings.metrics_port is None:
+        return
+    # Imported here: a worker without the endpoint never loads prometheus_client.
+    from worker.fleet.metrics import Metrics
+
+    rt = celery_app.runtime
+    metrics = Metrics(rt.engine)
+    try:
+        metrics.serve(settings.metrics_port, settings.metrics_addr)
+    except OSError as exc:  # the port is taken (another worker on this host)
+        logger.warning("no metrics endpoint on port %d: %s", settings.metrics_port, exc)
+        return
+    rt.observer = metrics
 
 
 @signals.task_prerun.connect  # type: ignore[untyped-decorator]

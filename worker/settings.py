@@ -146,6 +146,11 @@ class Settings(BaseSettings):
     """Period of each worker process's resource sampler (RSS, CPU, threads)."""
     sample_flush_s: float = Field(default=2.0, gt=0)
     """Samples are written to the database in batches at least this often."""
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Port of each worker process's Prometheus ``/metrics`` (0: any free port, logged);
+    unset: no endpoint."""
+    metrics_addr: str = "127.0.0.1"
+    """Interface the metrics endpoint listens on (``0.0.0.0`` in a container)."""
 
     @field_validator("verify_database_url")
     @classmethod

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import pairwise
 from typing import Any
@@ -38,7 +38,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from scheduler.cli.follow import until_finished
-from scheduler.report.figures import WaveFigures
+from scheduler.report.figures import RunFigures, WaveFigures
 from worker.agent.runs import RunConfig, WaveSpec, create_run
 from worker.celery import create_app
 from worker.fleet.runtime import Runtime
@@ -72,7 +72,7 @@ MEDIAN_KEYS = (
 class Worker:
     """A ``celery -A worker worker`` subprocess on both queues, its RSS sampled once ready."""
 
-    def __init__(self, env: dict[str, str], interval_s: float) -> None:
+    def __init__(self, env: dict[str, str], interval_s: float, concurrency: int = 100) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -86,7 +86,7 @@ class Worker:
                 "-P",
                 "threads",
                 "-c",
-                "100",
+                str(concurrency),
                 "--without-gossip",
                 "--without-mingle",
                 "--loglevel",
@@ -183,6 +183,42 @@ def scratch_redis(url: str) -> Iterator[str]:
         client.close()
 
 
+def service_options(redis_url: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options benches share: idle window, timeout, the services, JSON output."""
+    options = (
+        click.option("--idle-s", type=click.FloatRange(min=0.5), default=3.0, help="Idle window."),
+        click.option("--timeout-s", type=float, default=1800.0, help="Longest wait for one run."),
+        click.option("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL),
+        click.option("--redis-url", default=redis_url),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout."),
+    )
+
+    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+@contextmanager
+def bench_runtime(pg_admin_url: str, redis_url: str) -> Iterator[Runtime]:
+    """A runtime on a scratch database and a flushed Redis db, both cleaned up afterwards."""
+    with scratch_database(pg_admin_url) as db_url, scratch_redis(redis_url) as broker:
+        rt = create_app(Settings(database_url=db_url, broker_url=broker)).runtime
+        try:
+            require_migrated(rt.engine)
+            yield rt
+        finally:
+            rt.engine.dispose()
+
+
+def print_alerts(f: dict[str, Any], out: Any) -> None:
+    """The worker's log alerts of one repetition, indented under its line."""
+    for alert in f["alerts"]:
+        print(f"    worker: {alert}", file=out)
+
+
 def waves_in_order(waves: list[WaveFigures]) -> bool:
     """True when every wave finished, and each started after the previous one finished."""
     spans = [(w.started_at, w.finished_at) for w in sorted(waves, key=lambda w: w.index)]
@@ -190,6 +226,16 @@ def waves_in_order(waves: list[WaveFigures]) -> bool:
     if len(at) < len(spans):
         return False
     return all(later[0] >= earlier[1] for earlier, later in pairwise(at))
+
+
+def run_to_end(rt: Runtime, config: RunConfig, *, timeout_s: float) -> tuple[int, RunFigures]:
+    """Create a sim run, start it, and follow it to its end; returns its id and figures."""
+    with rt.engine.begin() as conn:
+        run_id = create_run(conn, model="sim", config=config, now=utcnow())
+    rt.flush_outbox(run_id)
+    return run_id, until_finished(
+        rt.engine, run_id, show=False, timeout_s=timeout_s, prices=rt.prices
+    )
 
 
 def measure(
@@ -212,12 +258,7 @@ def measure(
         idle = statistics.median(rss for _, rss in list(worker.samples))
         started = time.monotonic()
         config = RunConfig(waves=str(spec), seed=seed, sim_latency_ms=latency_ms)
-        with rt.engine.begin() as conn:
-            run_id = create_run(conn, model="sim", config=config, now=utcnow())
-        rt.flush_outbox(run_id)
-        figures = until_finished(
-            rt.engine, run_id, show=False, timeout_s=timeout_s, prices=rt.prices
-        )
+        run_id, figures = run_to_end(rt, config, timeout_s=timeout_s)
         wall_s = time.monotonic() - started
         peak = max((rss for at, rss in list(worker.samples) if at >= started), default=idle)
     finally:
@@ -270,11 +311,7 @@ def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
 @click.option("--seed", type=int, default=7, help="Seed of every run.")
 @click.option("--sim-latency-ms", type=click.IntRange(min=0), default=1500)
 @click.option("--interval-ms", type=click.IntRange(min=10), default=500, help="RSS sampling.")
-@click.option("--idle-s", type=click.FloatRange(min=0.5), default=3.0, help="Idle window.")
-@click.option("--timeout-s", type=float, default=1800.0, help="Longest wait for one run.")
-@click.option("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
-@click.option("--redis-url", default=DEFAULT_REDIS_URL)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@service_options(DEFAULT_REDIS_URL)
 def main(
     wave: str,
     baseline_wave: str,
@@ -294,27 +331,21 @@ def main(
     specs = {"candidate": WaveSpec.parse(wave), "baseline": WaveSpec.parse(baseline_wave)}
     reps: dict[str, list[dict[str, Any]]] = {"candidate": [], "baseline": []}
     try:
-        with scratch_database(pg_admin_url) as db_url, scratch_redis(redis_url) as broker:
-            rt = create_app(Settings(database_url=db_url, broker_url=broker)).runtime
-            try:
-                require_migrated(rt.engine)
-                for i in range(1, repeat + 1):
-                    for role, spec in specs.items():
-                        f = measure(
-                            rt,
-                            spec=spec,
-                            seed=seed,
-                            latency_ms=sim_latency_ms,
-                            interval_s=interval_ms / 1000,
-                            idle_s=idle_s,
-                            timeout_s=timeout_s,
-                        )
-                        reps[role].append(f)
-                        print(line(f"{spec} #{i}", f), file=out, flush=True)
-                        for alert in f["alerts"]:
-                            print(f"    worker: {alert}", file=out)
-            finally:
-                rt.engine.dispose()
+        with bench_runtime(pg_admin_url, redis_url) as rt:
+            for i in range(1, repeat + 1):
+                for role, spec in specs.items():
+                    f = measure(
+                        rt,
+                        spec=spec,
+                        seed=seed,
+                        latency_ms=sim_latency_ms,
+                        interval_s=interval_ms / 1000,
+                        idle_s=idle_s,
+                        timeout_s=timeout_s,
+                    )
+                    reps[role].append(f)
+                    print(line(f"{spec} #{i}", f), file=out, flush=True)
+                    print_alerts(f, out)
     except KeyboardInterrupt:
         print("interrupted; worker stopped, database dropped, Redis flushed", file=sys.stderr)
         sys.exit(130)

@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from scheduler.report.figures import RunFigures
-from scheduler.report.format import clock, jsonable
+from scheduler.report.format import clock, jsonable, ms
+from scheduler.report.timings import TurnTimings
 from worker.states import SessionStatus, WaveStatus
 from worker.store.queries import SessionRow
 
@@ -110,6 +111,8 @@ def status_view(
             f"total ${f.total_usd:.4f}",
         )
     summary.add_row("model retries", str(f.retries))
+    if f.timings is not None:
+        summary.add_row("turn overhead", overhead_line(f.timings))
     if f.elapsed_s is not None:
         summary.add_row("elapsed", f"{f.elapsed_s:.1f} s")
     if f.stop_reason:
@@ -185,6 +188,22 @@ def ladder_view(runs: Sequence[RunFigures]) -> Table:
             f"{f.elapsed_s:.1f} s" if f.elapsed_s is not None else "-",
         )
     return table
+
+
+def overhead_line(t: TurnTimings) -> str:
+    """The ledger in one line: overhead percentiles, its largest phases, CPU, duplicates."""
+    if not t.turns:
+        return f"no timed turn yet; {t.duplicate_turn_tasks} duplicate turn tasks"
+    o = t.overhead_ms
+    phases = ", ".join(
+        f"{p} {ms(t.phases_ms[p].p50)}" for p in ("queue", "claim", "rebuild", "tools", "commit")
+    )
+    return (
+        f"p50 {ms(o.p50)}, p95 {ms(o.p95)}, p99 {ms(o.p99)} over {t.turns} turns "
+        f"(p50 {phases}; model p50 {ms(t.phases_ms['model'].p50)}); "
+        f"worker CPU/turn p50 {ms(t.cpu_ms.p50)}; "
+        f"{t.duplicate_turn_tasks} duplicate turn tasks"
+    )
 
 
 def _counted(total: int, by: dict[str, int]) -> str:

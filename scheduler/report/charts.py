@@ -225,3 +225,21 @@ def wave_cost_chart(run: RunFigures) -> Markup | None:
     ax.set_ylabel("US dollars")
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     return _svg(fig, f"cost per wave of run {run.run_id}, by token kind")
+
+
+@_themed
+def overhead_chart(run: RunFigures) -> Markup | None:
+    """Turn overhead (everything but the model call) over the run: p50 and p99 per slice."""
+    t = run.timings
+    if t is None or not t.turns:
+        return None
+    series = t.over_time
+    fig = _figure(5.4, 2.6)
+    ax = fig.subplots()
+    ax.plot(series.at_s, series.p50_ms, color="#4c78a8", linewidth=1.4, marker=".", label="p50")
+    ax.plot(series.at_s, series.p99_ms, color="#e45756", linewidth=1.4, marker=".", label="p99")
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds since the first turn was claimed")
+    ax.set_ylabel("overhead per turn (ms)")
+    ax.legend(frameon=False, fontsize=7.5, loc="upper left", bbox_to_anchor=(1, 1))
+    return _svg(fig, f"turn overhead over time of run {run.run_id}")

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from scheduler.report.memory import Memory, memory_figures
+from scheduler.report.timings import TurnTimings, timing_figures
 from scheduler.report.waves import TOKEN_KINDS, WaveFigures, wave_figures
 from worker.errors import RunNotFound
 from worker.models.base import TokenUsage
@@ -165,6 +166,8 @@ class RunFigures:
     """Storage of the run's explicit caches, billed per token-hour; not in ``cost_usd``."""
     cache_token_hours: float = 0.0
     """Tokens times hours the run's explicit caches were kept."""
+    timings: TurnTimings | None = None
+    """The run's turn timing ledger: overhead and phase percentiles, duplicate turn tasks."""
 
     @property
     def total_usd(self) -> float:
@@ -228,6 +231,7 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
         waves=waves,
         cache_storage_usd=storage_usd,
         cache_token_hours=token_hours,
+        timings=timing_figures(conn, run_id, duplicates=run.duplicate_turn_tasks),
     )
 
 

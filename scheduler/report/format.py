@@ -25,6 +25,7 @@ __all__ = [
     "duration",
     "jsonable",
     "mib",
+    "ms",
     "pct",
     "usd",
 ]
@@ -51,6 +52,13 @@ def usd(value: float | None) -> str:
     if value is None:
         return "-"
     return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
+
+
+def ms(value: float | None) -> str:
+    """Milliseconds, one decimal under 100; ``-`` for none."""
+    if value is None:
+        return "-"
+    return f"{value:.1f} ms" if value < 100 else f"{value:,.0f} ms"
 
 
 def pct(value: float | None, *, signed: bool = False) -> str:

@@ -19,12 +19,13 @@ from scheduler.report.charts import (
     OUTCOME_COLOURS,
     cache_chart,
     errors_chart,
+    overhead_chart,
     rss_chart,
     waste_chart,
     wave_cost_chart,
 )
 from scheduler.report.figures import RunFigures
-from scheduler.report.format import OUTCOME_LABELS, arrow, delta, duration, mib, pct, usd
+from scheduler.report.format import OUTCOME_LABELS, arrow, delta, duration, mib, ms, pct, usd
 from scheduler.report.gallery import RssSeries, RunDetail, Shot, load_details
 from scheduler.report.ladder_figures import LadderFigures, runs_of
 from worker.states import CostBucket
@@ -61,7 +62,7 @@ def render_html(figures: RunFigures | LadderFigures, details: Mapping[int, RunDe
         loader=PackageLoader("scheduler.report", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
-    env.filters.update(usd=usd, pct=pct, mib=mib, duration=duration)
+    env.filters.update(usd=usd, pct=pct, mib=mib, duration=duration, ms=ms)
     return env.get_template("report.html.j2").render(
         ladder=ladder,
         runs=runs,
@@ -74,6 +75,7 @@ def render_html(figures: RunFigures | LadderFigures, details: Mapping[int, RunDe
         delta=delta,
         rss_chart=rss_chart,
         wave_cost_chart=wave_cost_chart,
+        overhead_chart=overhead_chart,
         charts={
             "waste": waste_chart(runs),
             "errors": errors_chart(runs, colours),

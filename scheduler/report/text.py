@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from scheduler.report.figures import RunFigures
-from scheduler.report.format import arrow, delta, duration, mib, pct, usd
+from scheduler.report.format import arrow, delta, duration, mib, ms, pct, usd
 from scheduler.report.ladder_figures import LadderFigures, runs_of
 from worker.states import CostBucket
 
@@ -144,7 +144,37 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
             ),
         )
     )
+    parts.append(_timings_table(runs))
     return Group(*parts)
+
+
+def _timings_table(runs: list[RunFigures]) -> Table:
+    """Overhead percentiles and each phase's median, one row per run (per ladder tier)."""
+
+    def phase(name: str) -> Callable[[RunFigures], str]:
+        return lambda r: ms(r.timings.phases_ms[name].p50) if r.timings else "-"
+
+    def overhead(q: str) -> Callable[[RunFigures], str]:
+        return lambda r: ms(getattr(r.timings.overhead_ms, q)) if r.timings else "-"
+
+    return _table(
+        "turn timings",
+        runs,
+        {
+            "run": lambda r: str(r.run_id),
+            "tier": lambda r: r.tier,
+            "timed turns": lambda r: str(r.timings.turns) if r.timings else "-",
+            "overhead p50": overhead("p50"),
+            "p95": overhead("p95"),
+            "p99": overhead("p99"),
+            **{p: phase(p) for p in ("queue", "claim", "rebuild", "tools", "commit", "dispatch")},
+            "model": phase("model"),
+            "CPU/turn": lambda r: ms(r.timings.cpu_ms.p50) if r.timings else "-",
+            "duplicates": lambda r: str(r.timings.duplicate_turn_tasks) if r.timings else "-",
+        },
+        caption="overhead = every phase but the model call; phases and CPU are medians; "
+        "duplicates = turn tasks sent again that found nothing to do",
+    )
 
 
 def _table(

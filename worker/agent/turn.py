@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import Enum
-from typing import NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from worker.agent import history, limits
 from worker.agent.events import (
@@ -28,6 +28,7 @@ from worker.agent.events import (
 from worker.agent.profiles import get_profile
 from worker.agent.prompt import build_prefix, user_text
 from worker.agent.runs import RunConfig
+from worker.agent.timings import OVERHEAD_PHASES, PHASES, TurnTimer
 from worker.agent.tools import ToolContext, run_tool
 from worker.errors import (
     ConfigError,
@@ -38,8 +39,8 @@ from worker.errors import (
     ToolError,
     TransientError,
 )
-from worker.fleet.runtime import Runtime
-from worker.models.base import Model, ModelRequest, ModelTurn
+from worker.fleet.runtime import Runtime, TurnObserver
+from worker.models.base import Model, ModelRequest, ModelTurn, TokenUsage
 from worker.states import Outcome, RunStatus
 from worker.store import lifecycle, sessions
 
@@ -87,38 +88,81 @@ def run_turn(
     Raises:
         TransientError: the model is unavailable for now; retry after ``delay_s``.
     """
+    try:
+        outcome = _run_turn(rt, session_id, turn_no, retries=retries, model=model)
+    except TransientError:
+        if rt.observer is not None:
+            rt.observer.after_turn(outcome="retried")
+        raise
+    if rt.observer is not None:
+        rt.observer.after_turn(outcome=outcome.value)
+    return outcome
+
+
+def _run_turn(
+    rt: Runtime, session_id: int, turn_no: int, *, retries: int, model: Model | None
+) -> TurnOutcome:
     started = time.monotonic()
+    timer = TurnTimer()
+    claimed_at = rt.clock()
     with rt.engine.begin() as conn:
         claim = lifecycle.claim_turn(
             conn,
             session_id=session_id,
             turn_no=turn_no,
             owner=rt.owner,
-            now=rt.clock(),
+            now=claimed_at,
             ttl_s=rt.settings.lease_ttl_s,
         )
+        if claim is None:
+            lifecycle.count_duplicate_turn(conn, session_id=session_id)
     if claim is None:
         logger.info("turn %s/%s skipped: not due", session_id, turn_no)
         return TurnOutcome.skipped
+    timer.lap("claim")
+    ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no))
     # The lease lives as long as this worker does: renewed through the model call.
     with rt.leases.hold(claim.session_id, claim.epoch):
         try:
-            outcome, calls = _play(rt, claim, retries=retries, model=model)
+            outcome, calls = _play(rt, claim, ledger, retries=retries, model=model)
         except SessionStopped as stop:
             return _end(rt, claim, stop)
     logger.info(
-        "turn %s/%s %s in %.2fs (%d calls)",
+        "turn %s/%s %s in %.2fs (%d calls, model %.0f ms, cpu %.1f ms)",
         session_id,
         turn_no,
         outcome.value,
         time.monotonic() - started,
         calls,
+        timer.ms("model"),
+        timer.cpu_ms(),
     )
     return outcome
 
 
+class _Ledger(NamedTuple):
+    """A turn's stopwatch and what it needs to become the turn's timing row."""
+
+    timer: TurnTimer
+    claimed_at: datetime
+    dispatched_at: datetime | None
+    dispatch_ms: float | None
+
+    def row(self) -> dict[str, Any]:
+        return self.timer.row(
+            claimed_at=self.claimed_at,
+            dispatched_at=self.dispatched_at,
+            dispatch_ms=self.dispatch_ms,
+        )
+
+
 def _play(
-    rt: Runtime, claim: lifecycle.Claim, *, retries: int, model: Model | None
+    rt: Runtime,
+    claim: lifecycle.Claim,
+    ledger: _Ledger,
+    *,
+    retries: int,
+    model: Model | None,
 ) -> tuple[TurnOutcome, int]:
     """Check the guards, call the model and commit; returns the outcome and the calls made.
 
@@ -133,12 +177,18 @@ def _play(
         )
     with rt.engine.connect() as conn:
         view = sessions.load_session(conn, session_id=claim.session_id)
-        spent = limits.spend(conn, session_id=claim.session_id, run_id=view.run_id)
-    config = RunConfig.model_validate(view.run_config)
+        config = RunConfig.model_validate(view.run_config)
+        # Summing the run's usage rows costs the database more with every turn of the run:
+        # only a limit to check is worth it.
+        limited = view.run_budget_usd is not None or config.max_tokens or config.max_cost_usd
+        spent = (
+            limits.spend(conn, session_id=claim.session_id, run_id=view.run_id) if limited else None
+        )
     if view.run_status == RunStatus.cancelled.value:
         raise SessionStopped("the run was cancelled", outcome=Outcome.cancelled)
     limits.check_turns(config, claim.turn_no)
-    limits.check_spend(config, spent, view.run_budget_usd)
+    if spent is not None:
+        limits.check_spend(config, spent, view.run_budget_usd)
     log = [decode(kind, payload) for kind, payload in view.events]
     profile = get_profile(view.profile)
     prefix = build_prefix(profile)
@@ -149,10 +199,11 @@ def _play(
         history=tuple(history.rebuild(log)),
         tool_mode=profile.tool_mode,
     )
-    called = time.monotonic()
-    answer = _generate(rt, claim, request, model or _model_for(rt, view), retries=retries)
-    latency_ms = int((time.monotonic() - called) * 1000)
-    outcome = _commit(rt, claim, view, log, config, answer, latency_ms)
+    chosen = model or _model_for(rt, view)
+    ledger.timer.lap("rebuild")
+    answer = _generate(rt, claim, request, chosen, retries=retries)
+    ledger.timer.lap("model")
+    outcome = _commit(rt, claim, view, log, config, answer, ledger)
     return outcome, len(answer.calls)
 
 
@@ -192,7 +243,7 @@ def _commit(
     log: list[Event],
     config: RunConfig,
     answer: ModelTurn,
-    latency_ms: int,
+    ledger: _Ledger,
 ) -> TurnOutcome:
     """Commit the turn: its events, tool effects, usage and ``next_turn + 1``, at once.
 
@@ -217,7 +268,9 @@ def _commit(
             answer.content, max_chars=STORED_ARG_CEILINGS * profile.artifact_max_bytes
         )
         items: list[Event] = [ModelOutput(stored, answer.finish_reason)]
+        ledger.timer.lap("commit")
         items += _run_tools(answer, ctx)
+        ledger.timer.lap("tools")
         if not answer.calls:
             items.append(Nudge(NudgeReason.no_tool_call, user_text(NO_CALL_NOTICE)))
         loop, warnings = (
@@ -228,9 +281,15 @@ def _commit(
             items.append(Nudge(NudgeReason.loop, user_text(loop.message), loop_kind=loop.kind))
             loop = None
         sessions.add_events(
-            conn, session_id=claim.session_id, turn_no=claim.turn_no, items=items, now=now
+            conn,
+            session_id=claim.session_id,
+            turn_no=claim.turn_no,
+            items=items,
+            now=now,
+            first_seq=view.next_seq,
         )
         usage = answer.usage
+        cost_usd = rt.prices.cost_usd(view.model, usage)
         sessions.add_usage(
             conn,
             session_id=claim.session_id,
@@ -244,15 +303,27 @@ def _commit(
                 "output_tokens": usage.output_tokens,
                 "thoughts_tokens": usage.thoughts_tokens,
                 "tool_use_tokens": usage.tool_use_tokens,
-                "cost_usd": rt.prices.cost_usd(view.model, usage),
+                "cost_usd": cost_usd,
                 "price_date": rt.prices.price(view.model).as_of,
-                "latency_ms": latency_ms,
+                "latency_ms": int(ledger.timer.ms("model")),
             },
         )
+        ledger.timer.lap("commit")
+        timing = ledger.row()
+        sessions.add_timing(
+            conn,
+            session_id=claim.session_id,
+            run_id=view.run_id,
+            turn_no=claim.turn_no,
+            values=timing,
+        )
+        # The next turn's queue wait starts here, not when this commit began.
         committed = lifecycle.fence_turn(
-            conn, claim=claim, now=now, handoff_version_id=ctx.handed_off
+            conn, claim=claim, now=rt.clock(), handoff_version_id=ctx.handed_off
         )
         assert committed, "the lease was checked under a row lock in this transaction"
+    if rt.observer is not None:
+        _observe(rt.observer, view.model, timing, usage, cost_usd)
     if loop is not None:
         raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
     nxt = (
@@ -262,6 +333,26 @@ def _commit(
     )
     rt.send_all([nxt])
     return TurnOutcome.committed
+
+
+def _observe(
+    observer: TurnObserver, model: str, timing: dict[str, Any], usage: TokenUsage, cost_usd: float
+) -> None:
+    phases = {p: timing[f"{p}_ms"] for p in PHASES}
+    phases["overhead"] = sum(ms or 0.0 for p, ms in phases.items() if p in OVERHEAD_PHASES)
+    observer.after_commit(
+        model=model,
+        phases_ms=phases,
+        cpu_ms=timing["cpu_ms"],
+        tokens={
+            "prompt": usage.prompt_tokens,
+            "cached": usage.cached_tokens,
+            "output": usage.output_tokens,
+            "thoughts": usage.thoughts_tokens,
+            "tool_use": usage.tool_use_tokens,
+        },
+        cost_usd=cost_usd,
+    )
 
 
 def _run_tools(answer: ModelTurn, ctx: ToolContext) -> list[Event]:

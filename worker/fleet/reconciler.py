@@ -3,39 +3,110 @@
 Redis only wakes workers up: a message may be lost (broker restart), late or duplicated.
 The reconciler looks at the source of truth and sends again whatever is due:
 undispatched outbox rows (a wave start), sessions whose lease lapsed or whose owner is a
-dead process on this host (a dead worker), and sessions whose message never came (a lost
-turn or verification). Sending twice is harmless: a turn or a verification claims a
-lease, and only its holder commits.
+dead process on this host (a dead worker), and sessions whose message is lost.
+
+A due session no worker has claimed is not lost because it waited long: in a saturated
+fleet turns wait in the queue for longer than any fixed delay, and sending them again
+floods the queue with duplicates that are consumed only to be skipped. So, when it can read
+the broker (:mod:`worker.fleet.broker`), the reconciler sends again only what the broker
+does not hold: a message still queued is waiting, one a worker reserved is about to run
+(unless a worker of the fleet fell silent and it was reserved longer than
+``redispatch_after_s`` ago: it may be the dead worker's). A
+message the broker does not hold on two passes in a row is lost (a restarted Redis loses
+them all), and is sent again within two passes, not after ``redispatch_after_s``. Without
+a readable broker, the delays alone decide, as before. Sending twice stays harmless: a
+turn or a verification claims a lease, and only its holder commits.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psutil
 
+from worker.fleet.broker import BrokerProbe, BrokerView
 from worker.fleet.runtime import Runtime
 from worker.store import lifecycle
 
 logger = logging.getLogger(__name__)
 
 
+class Reconciler:
+    """One reconciler of a worker process; it remembers the messages it missed last pass.
+
+    Args:
+        rt: The process's runtime.
+        probe: Reads the broker; None to decide by delays alone.
+    """
+
+    def __init__(self, rt: Runtime, probe: BrokerProbe | None = None) -> None:
+        self.rt = rt
+        self.probe = probe
+        self.missing: set[str] = set()
+        """Task ids due and not on the broker at the previous pass."""
+
+    def run_once(self) -> int:
+        """One pass; returns how many tasks were sent."""
+        rt, now = self.rt, self.rt.clock()
+        if self.probe is not None:
+            self.probe.heartbeat()
+        settings = rt.settings
+        stale = now - timedelta(seconds=settings.redispatch_after_s)
+        stale_verify = now - timedelta(seconds=settings.verify_redispatch_after_s)
+        # Messages are sent right after their commit: younger than a pass, none is missed.
+        recent = now - timedelta(seconds=min(settings.reconcile_interval_s, 5.0))
+        with rt.engine.begin() as conn:
+            dispatches = lifecycle.take_outbox(conn, now=now, older_than=stale)
+            dispatches += lifecycle.claim_lapsed(conn, now=now)
+            waiting = lifecycle.unclaimed(conn, before=recent if self.probe else stale)
+        view = self.probe.view() if self.probe is not None and waiting else None
+        lost = [u for u in waiting if self._lost(u, view, stale, stale_verify)]
+        if view is not None:
+            held = view.queued | view.reserved.keys()
+            self.missing = {u.task_id for u in waiting if u.task_id not in held}
+        if lost:
+            with rt.engine.begin() as conn:
+                dispatches += lifecycle.redispatch(conn, items=lost, now=now)
+        if dispatches:
+            logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
+        sent = rt.send_all(dispatches)
+        rt.providers.release_ended_runs()
+        return sent
+
+    def _lost(
+        self,
+        u: lifecycle.Unclaimed,
+        view: BrokerView | None,
+        stale: datetime,
+        stale_verify: datetime,
+    ) -> bool:
+        """Whether ``u``'s message is lost, as the broker's ``view`` (if any) tells."""
+        since = stale if u.dispatch.kind == "turn" else stale_verify
+        overdue = u.dispatched_at is None or u.dispatched_at < since
+        if view is None:
+            return overdue
+        if u.task_id in view.queued:
+            return False
+        reserved_at = view.reserved.get(u.task_id)
+        if reserved_at is not None:
+            # Reserved by a live worker, it runs as soon as that worker gets to it (a
+            # saturated one can take long). Only when a worker fell silent may a message
+            # reserved long ago be its, and kombu would hand it back only after its
+            # visibility timeout.
+            window_s = (self.rt.clock() - since).total_seconds()
+            if u.dispatched_at is not None:
+                reserved_at = max(reserved_at, u.dispatched_at.timestamp())
+            return view.silent_workers > 0 and reserved_at < time.time() - window_s
+        return u.task_id in self.missing or overdue
+
+
 def reconcile_once(rt: Runtime) -> int:
-    """One pass; returns how many tasks were sent."""
-    now = rt.clock()
-    stale = now - timedelta(seconds=rt.settings.redispatch_after_s)
-    stale_verify = now - timedelta(seconds=rt.settings.verify_redispatch_after_s)
-    with rt.engine.begin() as conn:
-        dispatches = lifecycle.take_outbox(conn, now=now, older_than=stale)
-        dispatches += lifecycle.claim_overdue(conn, now=now, stale=stale, stale_verify=stale_verify)
-    if dispatches:
-        logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
-    sent = rt.send_all(dispatches)
-    rt.providers.release_ended_runs()
-    return sent
+    """One pass by delays alone (no broker probe); returns how many tasks were sent."""
+    return Reconciler(rt).run_once()
 
 
 def dead_owners(owners: Iterable[str], *, host: str) -> list[str]:
@@ -53,11 +124,11 @@ def dead_owners(owners: Iterable[str], *, host: str) -> list[str]:
 
 
 class ReconcilerThread(threading.Thread):
-    """Runs :func:`reconcile_once` every ``interval_s`` until stopped."""
+    """Runs :meth:`Reconciler.run_once` every ``interval_s`` until stopped."""
 
-    def __init__(self, rt: Runtime, interval_s: float) -> None:
+    def __init__(self, rt: Runtime, interval_s: float, probe: BrokerProbe | None = None) -> None:
         super().__init__(name="swarm-reconciler", daemon=True)
-        self.rt = rt
+        self.reconciler = Reconciler(rt, probe)
         self.interval_s = interval_s
         self._stop_event = threading.Event()
 
@@ -65,12 +136,14 @@ class ReconcilerThread(threading.Thread):
         # The first pass runs at once: a worker started after a crash takes over its work.
         while True:
             try:
-                reconcile_once(self.rt)
+                self.reconciler.run_once()
             except Exception:  # the database may be restarting; try again next period
                 logger.warning("reconciler pass failed", exc_info=True)
             if self._stop_event.wait(self.interval_s):
                 return
 
     def stop(self) -> None:
-        """Stop after the current pass."""
+        """Stop after the current pass; a warm shutdown hands its reserved messages back."""
         self._stop_event.set()
+        if self.reconciler.probe is not None:
+            self.reconciler.probe.sign_off()

@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from typing import Protocol
 
 from sqlalchemy import Engine
 
@@ -22,6 +25,29 @@ from worker.store.engine import utcnow
 
 logger = logging.getLogger(__name__)
 
+#: Send times remembered for the turns this process dispatched, until one claims them.
+SEND_TIMES_KEPT = 10_000
+
+
+class TurnObserver(Protocol):
+    """Told how each turn task ended and what each committed turn took (metrics)."""
+
+    def after_turn(self, *, outcome: str) -> None:
+        """A turn task ended: skipped, fenced, committed or ended."""
+        ...
+
+    def after_commit(
+        self,
+        *,
+        model: str,
+        phases_ms: Mapping[str, float | None],
+        cpu_ms: float,
+        tokens: Mapping[str, int],
+        cost_usd: float,
+    ) -> None:
+        """A turn committed: its phases, CPU, tokens by kind and dollars."""
+        ...
+
 
 @dataclass
 class Runtime:
@@ -34,10 +60,14 @@ class Runtime:
     """Defaults to the built-in table with the settings' price file on top."""
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     clock: Callable[[], datetime] = utcnow
+    observer: TurnObserver | None = None
+    """Told about every turn (the worker's metrics), if set."""
 
     def __post_init__(self) -> None:
         if self.prices is None:
             self.prices = PriceTable.load(self.settings.prices_file)
+        self._send_ms: dict[tuple[int, int], float] = {}
+        self._send_lock = threading.Lock()
 
     @cached_property
     def leases(self) -> LeaseKeeper:
@@ -60,7 +90,10 @@ class Runtime:
         sent = 0
         for item in items:
             try:
+                started = time.perf_counter()
                 self.dispatcher.send(item)
+                if item.kind == "turn":
+                    self._sent(item, (time.perf_counter() - started) * 1000)
                 sent += 1
             except Exception:  # the broker may be down; the database still says it is due
                 logger.warning(
@@ -71,6 +104,18 @@ class Runtime:
                     exc_info=True,
                 )
         return sent
+
+    def _sent(self, item: lifecycle.Dispatch, ms: float) -> None:
+        with self._send_lock:
+            if len(self._send_ms) >= SEND_TIMES_KEPT:
+                # Turns claimed by other processes are never taken: forget the oldest.
+                del self._send_ms[next(iter(self._send_ms))]
+            self._send_ms[(item.session_id, item.number)] = ms
+
+    def send_ms(self, session_id: int, turn_no: int) -> float | None:
+        """How long sending turn ``turn_no``'s task took, if this process sent it (once)."""
+        with self._send_lock:
+            return self._send_ms.pop((session_id, turn_no), None)
 
     def flush_outbox(self, run_id: int | None = None) -> int:
         """Start the waves the database says are due, and send their first turns."""

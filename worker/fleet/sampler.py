@@ -305,7 +305,9 @@ def start_sampler(*, engine: Engine, settings: Settings, queues: Iterable[str]) 
                 engine=engine,
                 in_flight=_in_flight,
                 role=Role.sessions if SESSIONS_QUEUE in consumed else Role.verify,
-                browser=VERIFY_QUEUE in consumed,
+                # Static verification starts no browser: no process tree to walk (finding
+                # children reads every process of the host, twice a second).
+                browser=VERIFY_QUEUE in consumed and settings.verifier != "static",
                 interval_s=settings.sample_interval_s,
                 flush_s=settings.sample_flush_s,
             )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, insert, select, update
+from sqlalchemy import case, insert, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -35,6 +35,8 @@ class Claim:
     epoch: int
     attempts: int
     expires_at: datetime
+    dispatched_at: datetime | None = None
+    """When the task that claimed it was dispatched (before the claim), if recorded."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,19 @@ def claim_turn(
     )
     if row is None:
         return None
-    return Claim(session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at)
+    return Claim(
+        session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at, row.dispatched_at
+    )
+
+
+def count_duplicate_turn(conn: Connection, *, session_id: int) -> None:
+    """Count on its run a turn task that found its turn not due (sent again, or late)."""
+    run_id = select(sessions.c.run_id).where(sessions.c.id == session_id).scalar_subquery()
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id)
+        .values(duplicate_turn_tasks=runs.c.duplicate_turn_tasks + 1)
+    )
 
 
 def claim_verification(
@@ -118,7 +132,7 @@ def _take_lease(
             lease_expires_at=expires_at,
             **values,
         )
-        .returning(sessions.c.lease_epoch, sessions.c.turn_attempts)
+        .returning(sessions.c.lease_epoch, sessions.c.turn_attempts, sessions.c.dispatched_at)
     ).first()
 
 
@@ -461,42 +475,90 @@ def lease_owners(conn: Connection, *, now: datetime) -> list[str]:
     return [str(owner) for owner in rows]
 
 
-def claim_overdue(
-    conn: Connection,
-    *,
-    now: datetime,
-    stale: datetime,
-    stale_verify: datetime,
-    dead_owners: Sequence[str] = (),
+def claim_lapsed(
+    conn: Connection, *, now: datetime, dead_owners: Sequence[str] = ()
 ) -> list[Dispatch]:
-    """Claim the sessions whose next step should have run by now, to dispatch them again.
+    """Claim the active sessions whose lease lapsed, or whose owner is in ``dead_owners``.
 
-    A session whose lease lapsed, or whose owner is in ``dead_owners``, lost its worker:
-    it is taken over at once. One with no
-    lease whose last dispatch is older than ``stale`` (running) or ``stale_verify``
-    (verifying) lost its message. Claiming by UPDATE ... RETURNING means two reconcilers
-    never send the same row; the lapsed lease is cleared, so it is sent once.
+    Such a session lost its worker: it is taken over at once. Claiming by UPDATE ...
+    RETURNING means two reconcilers never send the same row; the lease is cleared, so it
+    is sent once.
     """
     s = sessions
-    running = s.c.status == SessionStatus.running.value
-    verifying = s.c.status == SessionStatus.verifying.value
-    unleased = s.c.lease_expires_at.is_(None)
-    lapsed = (s.c.lease_expires_at < now) | s.c.lease_owner.in_(list(dead_owners))
     rows = conn.execute(
         update(s)
         .where(
-            (running | verifying)
-            & (
-                lapsed
-                | (running & unleased & (s.c.dispatched_at.is_(None) | (s.c.dispatched_at < stale)))
-                | (
-                    verifying
-                    & unleased
-                    & (s.c.dispatched_at.is_(None) | (s.c.dispatched_at < stale_verify))
-                )
-            )
+            s.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
+            s.c.lease_expires_at.is_not(None),
+            (s.c.lease_expires_at < now) | s.c.lease_owner.in_(list(dead_owners)),
         )
         .values(dispatched_at=now, lease_owner=None, lease_expires_at=None)
+        .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
+    ).all()
+    return [_dispatch_of(row) for row in sorted(rows)]
+
+
+@dataclass(frozen=True)
+class Unclaimed:
+    """A due session no worker holds, whose last dispatch is older than the caller asked."""
+
+    dispatch: Dispatch
+    dispatched_at: datetime | None
+
+    @property
+    def task_id(self) -> str:
+        """The id its task is sent with (``turn:<session>:<turn>``)."""
+        d = self.dispatch
+        return f"{d.kind}:{d.session_id}:{d.number}"
+
+
+def unclaimed(conn: Connection, *, before: datetime) -> list[Unclaimed]:
+    """The running or verifying sessions without a lease, last dispatched before ``before``.
+
+    Each is either waiting for a worker (its message queued) or lost its message; the
+    reconciler tells which apart before :func:`redispatch`.
+    """
+    s = sessions
+    rows = conn.execute(
+        select(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round, s.c.dispatched_at).where(
+            s.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
+            s.c.lease_expires_at.is_(None),
+            s.c.dispatched_at.is_(None) | (s.c.dispatched_at < before),
+        )
+    ).all()
+    return [Unclaimed(_dispatch_of(row), row.dispatched_at) for row in sorted(rows)]
+
+
+def redispatch(conn: Connection, *, items: Sequence[Unclaimed], now: datetime) -> list[Dispatch]:
+    """Claim ``items`` to send again, those still as :func:`unclaimed` saw them.
+
+    One that a worker claimed since, that moved on a turn, or that another reconciler
+    claimed first is left out, so each is sent once.
+    """
+    if not items:
+        return []
+    s = sessions
+    number = case(
+        (s.c.status == SessionStatus.verifying.value, s.c.repair_round), else_=s.c.next_turn
+    )
+    # Each as it was seen: a session claimed, moved on, handed back for a retry or sent
+    # by another reconciler since has another lease, number or dispatch time.
+    seen = [(u.dispatch.session_id, u.dispatch.number, u.dispatched_at) for u in items]
+    dated = [t for t in seen if t[2] is not None]
+    undated = [t[:2] for t in seen if t[2] is None]
+    as_seen: list[ColumnElement[bool]] = []
+    if dated:
+        as_seen.append(tuple_(s.c.id, number, s.c.dispatched_at).in_(dated))
+    if undated:
+        as_seen.append(tuple_(s.c.id, number).in_(undated) & s.c.dispatched_at.is_(None))
+    rows = conn.execute(
+        update(s)
+        .where(
+            or_(*as_seen),
+            s.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
+            s.c.lease_expires_at.is_(None),
+        )
+        .values(dispatched_at=now)
         .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
     ).all()
     return [_dispatch_of(row) for row in sorted(rows)]

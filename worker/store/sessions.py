@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
 
-from worker.store.tables import events, runs, sessions, usage
+from worker.store.tables import events, runs, sessions, turn_timings, usage
 
 
 class LogEntry(Protocol):
@@ -48,11 +48,13 @@ def add_events(
     turn_no: int,
     items: Sequence[LogEntry],
     now: datetime,
+    first_seq: int | None = None,
 ) -> None:
-    """Append events to a turn, after any already there."""
+    """Append events to a turn, after any already there (from ``first_seq`` when the
+    caller knows it, which saves a query)."""
     if not items:
         return
-    seq = next_seq(conn, session_id=session_id, turn_no=turn_no)
+    seq = next_seq(conn, session_id=session_id, turn_no=turn_no) if first_seq is None else first_seq
     conn.execute(
         insert(events),
         [
@@ -87,6 +89,8 @@ class SessionView:
     run_status: str
     run_budget_usd: float | None
     events: list[tuple[str, dict[str, Any]]]
+    next_seq: int = 0
+    """The next free event sequence number of turn ``next_turn``."""
 
 
 def load_session(conn: Connection, *, session_id: int) -> SessionView:
@@ -111,10 +115,11 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
         .where(sessions.c.id == session_id)
     ).one()
     log = conn.execute(
-        select(events.c.kind, events.c.payload)
+        select(events.c.kind, events.c.payload, events.c.turn_no, events.c.seq)
         .where(events.c.session_id == session_id)
         .order_by(events.c.turn_no, events.c.seq)
     ).all()
+    current = [e.seq for e in log if e.turn_no == row.next_turn]
     return SessionView(
         id=row.id,
         run_id=row.run_id,
@@ -130,6 +135,7 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
         run_status=row.run_status,
         run_budget_usd=row.budget_usd,
         events=[(e.kind, e.payload) for e in log],
+        next_seq=max(current) + 1 if current else 0,
     )
 
 
@@ -147,4 +153,13 @@ def add_usage(
         insert(usage).values(
             session_id=session_id, run_id=run_id, turn_no=turn_no, created_at=now, **values
         )
+    )
+
+
+def add_timing(
+    conn: Connection, *, session_id: int, run_id: int, turn_no: int, values: dict[str, Any]
+) -> None:
+    """Record the timing ledger row of one committed turn (``TurnTimer.row``)."""
+    conn.execute(
+        insert(turn_timings).values(session_id=session_id, run_id=run_id, turn_no=turn_no, **values)
     )

@@ -102,6 +102,8 @@ class Run(Base):
     """The ladder tier this run is (``5x1``), or None for a run of its own."""
     stop_reason: Mapped[str | None] = mapped_column(Text)
     """Why the run stopped early (a budget, a cancel), if it did."""
+    duplicate_turn_tasks: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Turn tasks that found their turn not due (sent again, or late) and did nothing."""
     created_at: Mapped[datetime] = _ts(nullable=False)
     started_at: Mapped[datetime | None] = _ts()
     finished_at: Mapped[datetime | None] = _ts()
@@ -232,6 +234,32 @@ class Usage(Base):
     created_at: Mapped[datetime] = _ts(nullable=False)
 
 
+class TurnTiming(Base):
+    """Where one committed turn's time went, in milliseconds; written with its commit.
+
+    ``queue_ms`` runs from the session's ``dispatched_at`` to the claim (None when it was
+    never dispatched); ``dispatch_ms`` is how long sending this turn's task took the turn
+    before it, when the same process ran both (None otherwise); ``cpu_ms`` is the CPU the
+    turn's thread used up to its commit. Every phase but ``model_ms`` is overhead.
+    """
+
+    __tablename__ = "turn_timings"
+    __table_args__ = (UniqueConstraint("session_id", "turn_no"),)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    turn_no: Mapped[int] = mapped_column(Integer)
+    claimed_at: Mapped[datetime] = _ts(nullable=False)
+    queue_ms: Mapped[float | None] = mapped_column(Float)
+    claim_ms: Mapped[float] = mapped_column(Float)
+    rebuild_ms: Mapped[float] = mapped_column(Float)
+    model_ms: Mapped[float] = mapped_column(Float)
+    tools_ms: Mapped[float] = mapped_column(Float)
+    commit_ms: Mapped[float] = mapped_column(Float)
+    dispatch_ms: Mapped[float | None] = mapped_column(Float)
+    cpu_ms: Mapped[float] = mapped_column(Float)
+
+
 class Verification(Base):
     """A verdict on one handed-off artifact version, one per repair round."""
 
@@ -324,6 +352,7 @@ artifacts = _table(Artifact)
 artifact_versions = _table(ArtifactVersion)
 plans = _table(PlanItem)
 usage = _table(Usage)
+turn_timings = _table(TurnTiming)
 verifications = _table(Verification)
 caches = _table(Cache)
 ladders = _table(Ladder)

@@ -30,6 +30,7 @@ EXPECTED = {
     "ladders",
     "caches",
     "fleet",
+    "turn_timings",
 }
 
 

@@ -1,0 +1,285 @@
+# ruff: noqa: T201
+"""CPU, memory and overhead of one worker as concurrency grows: 1x100, 1x500, 1x1000.
+
+For each size N, a fresh ``celery -A worker worker -P threads -c N`` process on real
+PostgreSQL and Redis runs one wave of N ``sim`` sessions (fixed mean latency, static
+verification). Printed per size: wall time and wall ÷ model floor (the floor is the
+longest session's turns times the sim latency), peak worker RSS and RSS per session, worker
+CPU per turn and PostgreSQL CPU per turn (the backends serving the bench's database),
+the turn overhead p50/p99 from the timing ledger, and duplicate turn tasks. The sim's page
+generation is timed apart, in this process, since it is the stand-in model's cost and not
+the runtime's.
+
+    python -m ops.bench.scale                                  # 100, 500, 1000 at 5 s
+    python -m ops.bench.scale --sizes 100,500 --sim-latency-ms 5000 --repeat 2
+
+It creates (and drops) its own database ``swarm_bench_<hex>`` and flushes its Redis db.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from contextlib import suppress
+from typing import Any
+
+import click
+import psutil
+from sqlalchemy import Engine, func, inspect, select
+
+from ops.bench.wave_memory import (
+    MIB,
+    Worker,
+    bench_runtime,
+    print_alerts,
+    run_to_end,
+    service_options,
+)
+from worker.agent.runs import RunConfig, WaveSpec
+from worker.fleet.runtime import Runtime
+from worker.models.sim.dashboards import render_dashboard
+from worker.store.tables import artifact_versions, artifacts, runs, sessions, usage
+
+#: Redis db used as the broker, flushed before and after.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/12"
+#: Figures of one size that the summary takes the median of.
+MEDIAN_KEYS = (
+    "wall_s",
+    "floor_ratio",
+    "peak_mib",
+    "mib_per_session",
+    "worker_cpu_ms_per_turn",
+    "pg_cpu_ms_per_turn",
+    "overhead_p50_ms",
+    "overhead_p99_ms",
+    "duplicates",
+    "succeeded",
+)
+
+
+class PostgresCpu:
+    """CPU of the PostgreSQL backends serving one database, sampled until stopped."""
+
+    def __init__(self, database: str, interval_s: float = 0.25) -> None:
+        self.database = database
+        self.interval_s = interval_s
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> PostgresCpu:
+        """Take a first sample, then keep sampling in the background."""
+        self._sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> float:
+        """Stop; returns the CPU seconds the backends used while sampled."""
+        self._done.set()
+        self._thread.join()
+        self._sample()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            with suppress(psutil.Error):
+                line = " ".join(proc.info["cmdline"] or [])
+                if not line.startswith("postgres:") or f" {self.database} " not in f"{line} ":
+                    continue
+                times = proc.cpu_times()
+                cpu = float(times.user + times.system)
+                self.first.setdefault(proc.pid, cpu)
+                self.last[proc.pid] = cpu
+
+
+def page_generation_ms(samples: int = 20) -> float:
+    """Median milliseconds the sim takes to author one page (its own cost, not Swarm's)."""
+    times = []
+    for seed in range(samples):
+        started = time.perf_counter()
+        render_dashboard(seed)
+        times.append((time.perf_counter() - started) * 1000)
+    return float(statistics.median(times))
+
+
+def _ledger(engine: Engine, run_id: int) -> tuple[float | None, float | None, int | None]:
+    """Overhead p50 and p99 and duplicate turn tasks, when the schema has the ledger."""
+    if "turn_timings" not in inspect(engine).get_table_names():
+        return None, None, None
+    from scheduler.report.timings import timing_figures
+
+    with engine.connect() as conn:
+        dup = conn.execute(
+            select(runs.c.duplicate_turn_tasks).where(runs.c.id == run_id)
+        ).scalar_one()
+        t = timing_figures(conn, run_id, duplicates=int(dup))
+    return t.overhead_ms.p50, t.overhead_ms.p99, t.duplicate_turn_tasks
+
+
+def measure(
+    rt: Runtime, *, size: int, seed: int, latency_ms: int, idle_s: float, timeout_s: float
+) -> dict[str, Any]:
+    """One run of one wave of ``size`` sessions on a fresh worker."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
+    env.update(
+        SWARM_DATABASE_URL=rt.settings.database_url,
+        SWARM_BROKER_URL=rt.settings.broker_url,
+        SWARM_VERIFIER="static",
+    )
+    worker = Worker(env, 0.25, concurrency=size)
+    database = rt.engine.url.database or ""
+    try:
+        worker.wait_ready()
+        time.sleep(idle_s)  # the idle measurement window, not a wait for work
+        idle = statistics.median(rss for _, rss in list(worker.samples))
+        proc = psutil.Process(worker.proc.pid)
+        cpu0 = proc.cpu_times()
+        pg = PostgresCpu(database).start()
+        started = time.monotonic()
+        config = RunConfig(waves=f"1x{size}", seed=seed, sim_latency_ms=latency_ms)
+        run_id, figures = run_to_end(rt, config, timeout_s=timeout_s)
+        wall_s = time.monotonic() - started
+        cpu1 = proc.cpu_times()
+        pg_cpu_s = pg.stop()
+        peak = max((rss for at, rss in list(worker.samples) if at >= started), default=idle)
+    finally:
+        worker.stop()
+    with rt.engine.connect() as conn:
+        per_session = (
+            select(func.count().label("turns"))
+            .select_from(usage)
+            .where(usage.c.run_id == run_id)
+            .group_by(usage.c.session_id)
+            .subquery()
+        )
+        longest = conn.execute(select(func.max(per_session.c.turns))).scalar() or 0
+        pages = conn.execute(
+            select(func.count())
+            .select_from(artifact_versions.join(artifacts).join(sessions))
+            .where(sessions.c.run_id == run_id)
+        ).scalar_one()
+    turns = max(figures.turns, 1)
+    floor_s = longest * latency_ms / 1000
+    p50, p99, dup = _ledger(rt.engine, run_id)
+    worker_cpu_s = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+    return {
+        "size": size,
+        "run": run_id,
+        "wall_s": round(wall_s, 2),
+        "floor_s": floor_s,
+        "floor_ratio": round(wall_s / floor_s, 3) if floor_s else None,
+        "succeeded": figures.sessions.succeeded,
+        "total": figures.sessions.total,
+        "turns": figures.turns,
+        "pages": int(pages),
+        "idle_mib": round(idle / MIB, 1),
+        "peak_mib": round(peak / MIB, 1),
+        "mib_per_session": round((peak - idle) / MIB / size, 3),
+        "worker_cpu_ms_per_turn": round(worker_cpu_s * 1000 / turns, 2),
+        "pg_cpu_ms_per_turn": round(pg_cpu_s * 1000 / turns, 2),
+        "overhead_p50_ms": None if p50 is None else round(p50, 1),
+        "overhead_p99_ms": None if p99 is None else round(p99, 1),
+        "duplicates": dup,
+        "log_alerts": len(worker.alerts),
+        "alerts": worker.alerts[:10],
+    }
+
+
+def _fmt(value: Any, spec: str = "") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def line(f: dict[str, Any], page_ms: float) -> str:
+    """One size as a line."""
+    sim_cpu = page_ms * f["pages"] / max(f["turns"], 1)
+    cpu = f["worker_cpu_ms_per_turn"]
+    return (
+        f"1x{f['size']:<5} {f['succeeded']:g}/{f['total']:g} ok, {f['turns']:g} turns, "
+        f"wall {f['wall_s']:.1f} s = {_fmt(f['floor_ratio'], '.2f')}x floor, "
+        f"peak {f['peak_mib']:.1f} MiB (+{f['mib_per_session']:.3f} MiB/session), "
+        f"worker CPU {cpu:.2f} ms/turn ({cpu - sim_cpu:.2f} without sim pages), "
+        f"PostgreSQL CPU {f['pg_cpu_ms_per_turn']:.2f} ms/turn, "
+        f"overhead p50 {_fmt(f['overhead_p50_ms'])} ms p99 {_fmt(f['overhead_p99_ms'])} ms, "
+        f"duplicate turn tasks {_fmt(f['duplicates'])}"
+    )
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("--sizes", default="100,500,1000", help="Concurrent sessions, one run each.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, help="Runs of each size.")
+@click.option("--seed", type=int, default=7)
+@click.option("--sim-latency-ms", type=click.IntRange(min=0), default=5000)
+@service_options(DEFAULT_REDIS_URL)
+def main(
+    sizes: str,
+    repeat: int,
+    seed: int,
+    sim_latency_ms: int,
+    idle_s: float,
+    timeout_s: float,
+    pg_admin_url: str,
+    redis_url: str,
+    as_json: bool,
+) -> None:
+    """Measure CPU, memory and overhead per turn at growing concurrency."""
+    out = sys.stderr if as_json else sys.stdout
+    try:
+        counts = [WaveSpec.parse(s).size for s in sizes.split(",") if s.strip()]
+    except Exception as exc:
+        raise click.BadParameter(str(exc), param_hint="--sizes") from None
+    page_ms = page_generation_ms()
+    print(f"sim page generation: {page_ms:.2f} ms per page (the stand-in model's)", file=out)
+    reps: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    try:
+        with bench_runtime(pg_admin_url, redis_url) as rt:
+            for _ in range(repeat):
+                for n in counts:
+                    f = measure(
+                        rt,
+                        size=n,
+                        seed=seed,
+                        latency_ms=sim_latency_ms,
+                        idle_s=idle_s,
+                        timeout_s=timeout_s,
+                    )
+                    reps[n].append(f)
+                    print(line(f, page_ms), file=out, flush=True)
+                    print_alerts(f, out)
+    except KeyboardInterrupt:
+        print("interrupted; worker stopped, database dropped, Redis flushed", file=sys.stderr)
+        sys.exit(130)
+    medians = {
+        n: {
+            k: (statistics.median(r[k] for r in rs) if all(r[k] is not None for r in rs) else None)
+            for k in MEDIAN_KEYS
+        }
+        for n, rs in reps.items()
+    }
+    if as_json:
+        print(json.dumps({"page_ms": page_ms, "medians": medians, "runs": reps}, indent=2))
+        return
+    print(f"\nmedians of {repeat} run(s), sim latency {sim_latency_ms} ms")
+    print(
+        f"{'size':>6} {'wall/floor':>10} {'peak MiB':>9} {'MiB/sess':>9} {'wkr ms/turn':>11} "
+        f"{'pg ms/turn':>10} {'ovh p50':>8} {'ovh p99':>8} {'dup':>5}"
+    )
+    for n, m in medians.items():
+        print(
+            f"{n:>6} {_fmt(m['floor_ratio'], '.2f'):>10} {m['peak_mib']:>9.1f} "
+            f"{m['mib_per_session']:>9.3f} {m['worker_cpu_ms_per_turn']:>11.2f} "
+            f"{m['pg_cpu_ms_per_turn']:>10.2f} {_fmt(m['overhead_p50_ms']):>8} "
+            f"{_fmt(m['overhead_p99_ms']):>8} {_fmt(m['duplicates']):>5}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+# ruff: noqa: T201
+"""Worker CPU per turn as a session grows: turn 50 against turn 5, from the timing ledger.
+
+One session runs ``--turns`` turns in this process (no Celery, a scripted model that
+rewrites a whole ~15 KB page every turn, so the history grows by a page a turn) on a
+scratch PostgreSQL database. Each turn's CPU (``turn_timings.cpu_ms``: claim, history
+rebuild, tools, commit; the scripted model costs nothing) is printed for a few turns, with
+the ratio of turn 50 to turn 5 (the goal is at most 1.5).
+
+    python -m ops.bench.turn_growth
+    python -m ops.bench.turn_growth --turns 50 --repeat 3
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import click
+from sqlalchemy import select
+
+from ops.bench.wave_memory import DEFAULT_PG_ADMIN_URL, scratch_database
+from worker.agent.runs import RunConfig, create_run
+from worker.agent.turn import run_turn
+from worker.fleet.runtime import Runtime
+from worker.models.base import ModelRequest, ModelTurn, TokenUsage, calls_of
+from worker.models.sim.dashboards import render_dashboard
+from worker.settings import Settings
+from worker.store.engine import make_engine, utcnow
+from worker.store.lifecycle import Dispatch, take_outbox
+from worker.store.tables import sessions, turn_timings
+
+#: Turns whose CPU is printed.
+SHOWN = (1, 5, 10, 25, 50)
+
+
+class _Drop:
+    def send(self, item: Dispatch, *, delay_s: float = 0.0) -> None:
+        """The next turn runs in this process: nothing to send."""
+
+
+class _Rewriter:
+    """A model that writes the whole page again every turn, each time a little different."""
+
+    def __init__(self) -> None:
+        self.page = render_dashboard(7).html
+        self.turn = 0
+
+    def generate(self, request: ModelRequest) -> ModelTurn:
+        self.turn += 1
+        action = "create" if self.turn == 1 else "edit"
+        args: dict[str, object] = {
+            "action": action,
+            "name": "dashboard.html",
+            "content": self.page.replace("</body>", f"<!-- rev {self.turn} --></body>"),
+        }
+        if action == "edit":
+            args["expected_version"] = self.turn - 1
+        content = {
+            "role": "model",
+            "parts": [{"function_call": {"name": "manage_artifact", "args": args}}],
+        }
+        return ModelTurn(
+            content=content,
+            calls=calls_of(content),
+            text="",
+            usage=TokenUsage(
+                prompt_tokens=1000, cached_tokens=0, output_tokens=4000, thoughts_tokens=0
+            ),
+        )
+
+
+def one_session(rt: Runtime, turns: int, seed: int) -> dict[int, float]:
+    """Run one session's turns in process; returns CPU ms by turn number."""
+    config = RunConfig(waves="1x1", seed=seed, max_turns=turns + 5, loop_idle_turns=turns + 5)
+    with rt.engine.begin() as conn:
+        run_id = create_run(conn, model="sim", config=config, now=utcnow())
+        take_outbox(conn, now=utcnow(), run_id=run_id)
+        sid = conn.execute(select(sessions.c.id).where(sessions.c.run_id == run_id)).scalar_one()
+    model = _Rewriter()
+    for n in range(turns):
+        outcome = run_turn(rt=rt, session_id=sid, turn_no=n, model=model)
+        if outcome.value != "committed":
+            raise click.ClickException(f"turn {n} {outcome.value}")
+    with rt.engine.connect() as conn:
+        rows = conn.execute(
+            select(turn_timings.c.turn_no, turn_timings.c.cpu_ms).where(
+                turn_timings.c.session_id == sid
+            )
+        ).all()
+    return {int(r.turn_no) + 1: float(r.cpu_ms) for r in rows}
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("--turns", type=click.IntRange(min=5), default=50)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, help="Sessions run.")
+@click.option("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+def main(turns: int, repeat: int, pg_admin_url: str) -> None:
+    """Print worker CPU per turn at turns 1, 5, 10, 25 and 50, and turn 50 / turn 5."""
+    with scratch_database(pg_admin_url) as url:
+        settings = Settings(database_url=url)
+        engine = make_engine(settings)
+        rt = Runtime(settings=settings, engine=engine, dispatcher=_Drop())
+        try:
+            runs = [one_session(rt, turns, seed) for seed in range(repeat)]
+        finally:
+            engine.dispose()
+    medians = {n: statistics.median(r[n] for r in runs) for n in SHOWN if n <= turns}
+    print(f"worker CPU per turn, median of {repeat} session(s) of {turns} turns:")
+    for n, ms in medians.items():
+        print(f"  turn {n:>3}: {ms:6.2f} ms")
+    last = min(turns, 50)
+    print(f"turn {last} / turn 5 = {medians[last] / medians[5]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

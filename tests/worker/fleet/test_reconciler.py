@@ -1,0 +1,149 @@
+"""The reconciler tells a lost message from one still waiting, on real Redis and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+import redis
+from sqlalchemy import Engine, func, select, update
+
+from scheduler.cli.follow import until_finished
+from tests.conftest import RecordingDispatcher, WorkerProcess
+from tests.factories import make_run
+from worker.celery import broker_probe
+from worker.fleet.broker import RedisBrokerProbe
+from worker.fleet.dispatch import CeleryDispatcher
+from worker.fleet.reconciler import Reconciler
+from worker.fleet.runtime import Runtime
+from worker.settings import SESSIONS_QUEUE, Settings
+from worker.store.lifecycle import Dispatch
+from worker.store.tables import runs, sessions, turn_timings
+
+pytestmark = pytest.mark.services
+
+#: Seconds a whole run in these tests may take.
+RUN_TIMEOUT_S = 180
+
+
+@pytest.fixture(autouse=True)
+def _empty_broker(redis_url: str) -> None:
+    # Session ids start again at 1 in every test: no message of an earlier test may remain.
+    redis.Redis.from_url(redis_url).flushdb()
+
+
+@pytest.fixture
+def probe(app: Any) -> Iterator[RedisBrokerProbe]:
+    found = broker_probe(app)
+    assert found is not None
+    yield found
+    found.close()
+
+
+def _dispatched_ago(rt: Runtime, session_id: int, seconds: float) -> None:
+    with rt.engine.begin() as conn:
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.id == session_id)
+            .values(dispatched_at=rt.clock() - timedelta(seconds=seconds))
+        )
+
+
+def _sent(rt: Runtime) -> list[Dispatch]:
+    assert isinstance(rt.dispatcher, RecordingDispatcher)
+    return rt.dispatcher.sent
+
+
+def test_a_turn_waiting_in_a_busy_queue_is_not_sent_again(
+    runtime: Runtime, app: Any, probe: RedisBrokerProbe
+) -> None:
+    # Given a turn whose message waits in the queue (no worker consumes it), dispatched
+    # far longer ago than redispatch_after_s
+    _, (sid,) = make_run(runtime.engine)
+    CeleryDispatcher(app).send(Dispatch(sid, "turn", 0))
+    _dispatched_ago(runtime, sid, 10 * runtime.settings.redispatch_after_s)
+    # When the reconciler that reads the broker makes two passes
+    reconciler = Reconciler(runtime, probe)
+    assert reconciler.run_once() + reconciler.run_once() == 0
+    # Then it sent nothing: the message is waiting, not lost
+    assert _sent(runtime) == []
+    # while one that goes by the delay alone would have sent it again
+    assert Reconciler(runtime).run_once() == 1
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+
+
+def test_a_lost_turn_is_sent_again_on_the_second_pass(
+    runtime: Runtime, probe: RedisBrokerProbe
+) -> None:
+    # Given a turn dispatched a second ago (well within redispatch_after_s) whose message
+    # the broker does not hold, as after a Redis restart
+    _, (sid,) = make_run(runtime.engine)
+    assert runtime.settings.redispatch_after_s > 2
+    _dispatched_ago(runtime, sid, 1.0)
+    reconciler = Reconciler(runtime, probe)
+    # When the reconciler makes a first pass, Then it only notes the message missing
+    assert reconciler.run_once() == 0
+    # When it makes a second pass, Then it sends the turn again, once
+    assert reconciler.run_once() == 1
+    assert reconciler.run_once() == 0
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+
+
+def test_a_reserved_turn_is_lost_only_when_a_worker_fell_silent(
+    runtime: Runtime, app: Any, probe: RedisBrokerProbe, settings: Settings
+) -> None:
+    # Given a turn whose message a consumer reserved (unacknowledged) long ago and never ran
+    _, (sid,) = make_run(runtime.engine)
+    CeleryDispatcher(app).send(Dispatch(sid, "turn", 0))
+    _dispatched_ago(runtime, sid, 10 * settings.redispatch_after_s)
+    with app.connection_for_read() as conn:
+        queue = conn.SimpleQueue(SESSIONS_QUEUE)
+        message = queue.get(timeout=10)
+        assert message.headers["id"] == f"turn:{sid}:0"
+        key = f"{probe.prefix}unacked_index"
+        for tag in probe.client.zrange(key, 0, -1):
+            probe.client.zincrby(key, -10 * settings.redispatch_after_s, cast(bytes, tag))
+        reconciler = Reconciler(runtime, probe)
+        # When every worker of the fleet beats, Then the turn waits for the one holding it
+        assert f"turn:{sid}:0" in (probe.view() or pytest.fail("no view")).reserved
+        assert reconciler.run_once() + reconciler.run_once() == 0
+        # When a worker fell silent, Then the turn may be its, and is sent again
+        silent_at = time.time() - 2 * probe.silence_s
+        probe.client.hset(probe.workers_key, "gone-host:4242", str(silent_at))
+        assert reconciler.run_once() == 1
+        message.ack()
+        queue.close()
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+    # and a worker that stops on purpose signs off, so its silence is no death
+    probe.sign_off()
+    assert runtime.owner.encode() not in probe.client.hgetall(probe.workers_key)
+
+
+@pytest.mark.slow
+def test_a_saturated_worker_gets_no_duplicate_turn_tasks(
+    engine: Engine, app: Any, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # Given a worker that runs one turn at a time, and a wave of 8 sessions: turns wait in
+    # the queue for several times redispatch_after_s (1 s here)
+    start_worker(concurrency=1, SWARM_REDISPATCH_AFTER_S="1")
+    run_id, ids = make_run(engine, waves="1x8", sim_latency_ms=600)
+    dispatcher = CeleryDispatcher(app)
+    for sid in ids:
+        dispatcher.send(Dispatch(sid, "turn", 0))
+    # When the run goes to its end, the worker's reconciler passing every 0.5 s
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    # Then it succeeded, and not one turn task was sent again only to be skipped...
+    assert status.sessions.succeeded == 8
+    with engine.connect() as conn:
+        longest = conn.execute(
+            select(func.max(turn_timings.c.queue_ms)).where(turn_timings.c.run_id == run_id)
+        ).scalar_one()
+        dup = conn.execute(
+            select(runs.c.duplicate_turn_tasks).where(runs.c.id == run_id)
+        ).scalar_one()
+    assert dup == 0
+    # ...though turns waited in the queue for longer than redispatch_after_s
+    assert longest > 2_000

@@ -1,0 +1,162 @@
+"""What the broker holds: the task ids still queued, and those reserved by a worker.
+
+The reconciler asks before it sends a due turn again: a message still waiting in a busy
+queue is not lost, and sending it again only makes a duplicate that the fleet must then
+consume and skip. kombu's Redis transport keeps a queue as a list (one per priority step),
+and the messages workers hold unacknowledged in the ``unacked`` hash, with the time each
+was delivered in the ``unacked_index`` sorted set; every key under the fleet's prefix.
+Which worker holds which message is not recorded, so every worker also beats in a hash of
+the fleet's workers: while none has fallen silent, a reserved message is waiting for a
+live worker, however long a saturated worker takes to start it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import redis
+
+logger = logging.getLogger(__name__)
+
+#: The id of a turn or verify task in a message's headers (Celery's message protocol 2).
+_TASK_ID = re.compile(rb'"id": ?"((?:turn|verify):\d+:\d+)"')
+#: kombu's separator between a queue's name and its priority step.
+_PRIORITY_SEP = "\x06\x16"
+#: kombu's default priority steps: a queue is up to four lists.
+_PRIORITY_STEPS = (0, 3, 6, 9)
+#: Seconds after which a silent worker is forgotten (the transport's visibility timeout).
+FORGET_AFTER_S = 3600.0
+
+
+@dataclass(frozen=True)
+class BrokerView:
+    """Task ids on the broker at one moment."""
+
+    queued: frozenset[str]
+    """Waiting in a queue, not yet delivered to any worker."""
+    reserved: dict[str, float]
+    """Delivered to a worker and not acknowledged: task id to the time (epoch seconds) it
+    was delivered."""
+    silent_workers: int = 0
+    """Workers of the fleet that stopped reporting without signing off (presumed dead):
+    the messages they reserved stay unacknowledged until kombu's visibility timeout."""
+
+
+class BrokerProbe(Protocol):
+    """Reads which task ids the broker holds, and which workers of the fleet are alive."""
+
+    def view(self) -> BrokerView | None:
+        """What the broker holds now, or None when it cannot tell (unreachable, or a
+        broker that cannot be read)."""
+        ...
+
+    def heartbeat(self) -> None:
+        """Report this worker alive (once per reconciler pass)."""
+        ...
+
+    def sign_off(self) -> None:
+        """Report this worker stopped on purpose (its reserved messages went back)."""
+        ...
+
+
+class RedisBrokerProbe:
+    """A :class:`BrokerProbe` of kombu's Redis transport.
+
+    Args:
+        url: The broker's Redis URL.
+        prefix: The fleet's key prefix (``global_keyprefix``), or "".
+        queues: The queues whose messages count.
+        owner: This worker process (``host:pid``), for the fleet's heartbeats.
+        silence_s: A worker whose last heartbeat is older than this is presumed dead.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str,
+        queues: Sequence[str],
+        owner: str = "",
+        silence_s: float = 30.0,
+    ) -> None:
+        self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self.prefix = prefix
+        self.owner = owner
+        self.silence_s = silence_s
+        self.workers_key = f"{prefix}workers"
+        self.lists = [
+            f"{prefix}{q}{_PRIORITY_SEP}{p}" if p else f"{prefix}{q}"
+            for q in queues
+            for p in _PRIORITY_STEPS
+        ]
+
+    def view(self) -> BrokerView | None:
+        """Read the queues, then the reserved messages (a message moves that way)."""
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for key in self.lists:
+                pipe.lrange(key, 0, -1)
+            pipe.hgetall(f"{self.prefix}unacked")
+            pipe.zrange(f"{self.prefix}unacked_index", 0, -1, withscores=True)
+            pipe.hgetall(self.workers_key)
+            *lists, unacked, index, beats = pipe.execute()
+        except redis.RedisError:
+            logger.warning("could not read the broker's queues", exc_info=True)
+            return None
+        queued = frozenset(_ids(m for messages in lists for m in messages))
+        delivered = {tag: float(at) for tag, at in index}
+        reserved: dict[str, float] = {}
+        for tag, payload in unacked.items():
+            for task_id in _ids([payload]):
+                reserved[task_id] = delivered.get(tag, 0.0)
+        return BrokerView(queued, reserved, self._silent(beats))
+
+    def heartbeat(self) -> None:
+        """Record this worker's heartbeat in the fleet's hash of workers."""
+        try:
+            self.client.hset(self.workers_key, self.owner, str(time.time()))
+        except redis.RedisError:
+            logger.warning("could not record this worker's heartbeat", exc_info=True)
+
+    def sign_off(self) -> None:
+        """Take this worker out of the fleet's hash: its silence is no death."""
+        try:
+            self.client.hdel(self.workers_key, self.owner)
+        except redis.RedisError:
+            logger.warning("could not sign this worker off", exc_info=True)
+
+    def _silent(self, beats: dict[bytes, bytes]) -> int:
+        # A worker silent for longer than kombu's visibility timeout has had its messages
+        # handed back: it is forgotten.
+        now = time.time()
+        silent, forgotten = 0, []
+        for owner, at in beats.items():
+            if owner.decode() == self.owner:
+                # A saturated worker can be slow to beat, but is never dead to itself.
+                continue
+            age_s = now - float(at)
+            if age_s > FORGET_AFTER_S:
+                forgotten.append(owner)
+            elif age_s > self.silence_s:
+                silent += 1
+        if forgotten:
+            self.client.hdel(self.workers_key, *forgotten)
+        return silent
+
+    def close(self) -> None:
+        """Close the connections."""
+        self.client.close()
+
+
+def _ids(messages: Iterable[bytes]) -> list[str]:
+    found = []
+    for message in messages:
+        match = _TASK_ID.search(message)
+        if match is not None:
+            found.append(match.group(1).decode())
+    return found
