@@ -102,6 +102,12 @@ class Run(Base):
     """The ladder tier this run is (``5x1``), or None for a run of its own."""
     stop_reason: Mapped[str | None] = mapped_column(Text)
     """Why the run stopped early (a budget, a cancel), if it did."""
+    forked_from_session_id: Mapped[int | None] = mapped_column(
+        BigId, ForeignKey("sessions.id", ondelete="SET NULL", use_alter=True), index=True
+    )
+    """For a fork: the session whose history it continues."""
+    forked_at_turn: Mapped[int | None] = mapped_column(Integer)
+    """For a fork: its first live turn (the turns before it are the origin's)."""
     created_at: Mapped[datetime] = _ts(nullable=False)
     started_at: Mapped[datetime | None] = _ts()
     finished_at: Mapped[datetime | None] = _ts()
