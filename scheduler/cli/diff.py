@@ -48,7 +48,7 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool) -> None:
                 a, b = (run_figures(conn, run_id, prices=prices) for run_id in ids)
             except RunNotFound as exc:
                 raise OperatorError(
-                    f"{exc}: `python -m scheduler status` shows the runs there are"
+                    f"{exc} (`python -m scheduler status` shows the latest run)"
                 ) from None
     finally:
         engine.dispose()

@@ -8,71 +8,22 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy import Engine, select, update
 
-from scheduler.cli import cli
-from scheduler.cli.follow import until_finished
-from tests.conftest import WorkerProcess
-from tests.factories import make_run
+from tests.worker.agent.conftest import scheduler
 from worker.agent.replay import replay_session
-from worker.fleet.dispatch import CeleryDispatcher
 from worker.settings import Settings
 from worker.store.engine import utcnow
-from worker.store.lifecycle import Dispatch
-from worker.store.tables import artifact_versions, events, sessions
+from worker.store.tables import artifact_versions, events
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
-#: Seconds a whole run in these tests may take.
-RUN_TIMEOUT_S = 120
-
-
-def long_session(
-    settings: Settings, engine: Engine, app: Any, start_worker: Callable[..., WorkerProcess]
-) -> int:
-    """A finished sim session of ten turns or more, run by a real worker; its id.
-
-    An explorer probes the tools for 6 to 14 turns before it plans, publishes, refines and
-    hands off; the idle-turn guard is raised so that it is not stopped for exploring, and
-    every first draft carries a defect for the verifier to send back.
-    """
-    start_worker()
-    _, (session_id,) = make_run(
-        engine,
-        sim_mix={"explorer": 1.0},
-        loop_idle_turns=30,
-        sim_flaw_rate=1.0,
-        seed=21,
-    )
-    CeleryDispatcher(app).send(Dispatch(session_id, "turn", 0))
-    run_id = _run_of(engine, session_id)
-    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
-    assert status.turns >= 10, status
-    assert status.artifacts.versions >= 2, status
-    return session_id
-
-
-def _run_of(engine: Engine, session_id: int) -> int:
-    with engine.connect() as conn:
-        return int(
-            conn.execute(select(sessions.c.run_id).where(sessions.c.id == session_id)).scalar_one()
-        )
-
-
-def scheduler(settings: Settings, *args: str) -> Result:
-    """``python -m scheduler ARGS`` in-process, against the test services."""
-    return CliRunner().invoke(
-        cli,
-        ["--database-url", settings.database_url, "--broker-url", settings.broker_url, *args],
-    )
-
 
 def test_a_ten_turn_session_replays_byte_for_byte(
-    settings: Settings, engine: Engine, app: Any, start_worker: Callable[..., WorkerProcess]
+    settings: Settings, engine: Engine, long_session: Callable[[], int]
 ) -> None:
     # Given a finished session of ten turns or more
-    session_id = long_session(settings, engine, app, start_worker)
+    session_id = long_session()
     with engine.connect() as conn:
         recorded = conn.execute(
             select(artifact_versions.c.version, artifact_versions.c.sha256).order_by(
@@ -98,10 +49,10 @@ def test_a_ten_turn_session_replays_byte_for_byte(
 
 
 def test_a_tampered_version_or_event_fails_replay(
-    settings: Settings, engine: Engine, app: Any, start_worker: Callable[..., WorkerProcess]
+    settings: Settings, engine: Engine, long_session: Callable[[], int]
 ) -> None:
     # Given a long session that replays
-    session_id = long_session(settings, engine, app, start_worker)
+    session_id = long_session()
     with engine.connect() as conn:
         assert replay_session(conn, session_id=session_id, now=utcnow()).ok
     # When one byte of its second version is changed in the database
