@@ -24,21 +24,17 @@ from tests.worker.agent.conftest import RUN_TIMEOUT_S, scheduler
 from worker.agent.replay import replay_session
 from worker.settings import Settings
 from worker.store.engine import utcnow
-from worker.store.tables import artifact_versions, artifacts, events, runs, sessions, usage
+from worker.store.recorded import LoggedEvent, session_log
+from worker.store.tables import artifact_versions, artifacts, runs, sessions, usage
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 MODEL = "gemini-3-flash-preview"
 
 
-def _log(engine: Engine, session_id: int) -> list[tuple[int, int, str, Any]]:
+def _log(engine: Engine, session_id: int) -> list[LoggedEvent]:
     with engine.connect() as conn:
-        rows = conn.execute(
-            select(events.c.turn_no, events.c.seq, events.c.kind, events.c.payload)
-            .where(events.c.session_id == session_id)
-            .order_by(events.c.turn_no, events.c.seq)
-        ).all()
-    return [(r.turn_no, r.seq, r.kind, r.payload) for r in rows]
+        return session_log(conn, session_id=session_id)
 
 
 def _versions(engine: Engine, session_id: int) -> list[tuple[int, int, str]]:
@@ -81,7 +77,9 @@ def test_a_fork_at_turn_n_continues_live_and_records_its_origin(
     fork = _fork_of(engine, fork_run)[2]
     # and its history before that turn is the origin's, event for event
     origin_log, fork_log = _log(engine, origin), _log(engine, fork)
-    assert [e for e in fork_log if e[0] < at_turn] == [e for e in origin_log if e[0] < at_turn]
+    assert [e for e in fork_log if e.turn_no < at_turn] == [
+        e for e in origin_log if e.turn_no < at_turn
+    ]
     # and its workspace was the origin's at that turn; what came later it wrote live, and
     # the same deterministic model wrote the same bytes again
     assert _versions(engine, fork) == versions

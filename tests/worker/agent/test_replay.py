@@ -10,10 +10,18 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select, update
 
+from tests.factories import call, make_run, model_turn, page, run_script
 from tests.worker.agent.conftest import scheduler
+from worker.agent.events import decode
+from worker.agent.fork import create_fork
+from worker.agent.history import rebuild
 from worker.agent.replay import replay_session
+from worker.agent.workspace import get_artifact, get_plan
+from worker.fleet.runtime import Runtime
 from worker.settings import Settings
 from worker.store.engine import utcnow
+from worker.store.recorded import session_log
+from worker.store.sessions import load_session
 from worker.store.tables import artifact_versions, events
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -115,3 +123,100 @@ def test_replay_of_a_missing_session_is_one_line(settings: Settings) -> None:
     result = scheduler(settings, "replay", "987654")
     assert result.exit_code == 2
     assert result.stderr.strip() == "error: no session 987654"
+
+
+def test_refusals_conflicts_and_elided_arguments_replay_as_recorded(
+    runtime: Runtime, engine: Engine
+) -> None:
+    # Given a baseline session (8 KB ceiling) whose turns include a page so far over the
+    # ceiling that its argument was not stored, a stale edit, and a delete then re-create
+    _, (session_id,) = make_run(engine, profile="baseline")
+    huge = "<!-- " + "x" * 40_000 + " -->"
+    outcomes = run_script(
+        runtime,
+        session_id,
+        [
+            model_turn(call("manage_artifact", action="create", name="a.html", content=huge)),
+            model_turn(call("manage_artifact", action="create", name="a.html", content=page())),
+            model_turn(
+                call(
+                    "manage_artifact",
+                    action="edit",
+                    name="a.html",
+                    region_id="gauges",
+                    content="<h2>v2</h2>",
+                    expected_version=1,
+                ),
+                call("plan_manage", action="set", items=["draw", "hand off"]),
+            ),
+            model_turn(
+                call(
+                    "manage_artifact", action="edit", name="a.html", content="x", expected_version=1
+                )
+            ),
+            model_turn(
+                call("manage_artifact", action="delete", name="a.html", expected_version=2),
+                call("manage_artifact", action="create", name="a.html", content=page("v3")),
+                call("plan_manage", action="done", item_id=1),
+            ),
+        ],
+    )
+    assert outcomes == ["committed"] * 5
+    # When it is replayed
+    with engine.connect() as conn:
+        report = replay_session(conn, session_id=session_id, now=utcnow())
+    # Then all three versions and every result came back; the elided call kept its refusal
+    assert report.ok, report.problem
+    assert (report.turns, report.calls, report.elided) == (5, 8, 1)
+    assert [(v.version, v.turn_no, v.match) for v in report.versions] == [
+        (1, 1, True),
+        (2, 2, True),
+        (3, 4, True),
+    ]
+
+
+def test_a_fork_keeps_the_workspace_and_plan_of_its_turn(runtime: Runtime, engine: Engine) -> None:
+    # Given a session that published v1, edited it to v2 and set a plan, then wrote v3
+    _, (origin,) = make_run(engine)
+    run_script(
+        runtime,
+        origin,
+        [
+            model_turn(call("manage_artifact", action="create", name="a.html", content=page())),
+            model_turn(
+                call(
+                    "manage_artifact",
+                    action="edit",
+                    name="a.html",
+                    content=page("v2"),
+                    expected_version=1,
+                ),
+                call("plan_manage", action="set", items=["draw", "hand off"]),
+            ),
+            model_turn(
+                call(
+                    "manage_artifact",
+                    action="edit",
+                    name="a.html",
+                    content=page("v3"),
+                    expected_version=2,
+                )
+            ),
+        ],
+    )
+    # When it is forked at turn 2 with a note
+    with engine.begin() as conn:
+        made = create_fork(conn, session_id=origin, at_turn=2, now=utcnow(), note="Use blue.")
+    # Then the fork's artifact is v2, as it was when turn 2 began, and its plan is set
+    with engine.connect() as conn:
+        current = get_artifact(conn, session_id=made.session_id, name="a.html")
+        plan = get_plan(conn, session_id=made.session_id)
+        log = session_log(conn, session_id=made.session_id)
+        view = load_session(conn, session_id=made.session_id)
+    assert current is not None and (current.version, current.content) == (2, page("v2"))
+    assert [p.text for p in plan] == ["draw", "hand off"]
+    # and its history ends with the note, which the model reads as turn 2's prompt
+    assert (log[-1].turn_no, log[-1].kind, log[-1].payload["reason"]) == (2, "nudge", "note")
+    assert view.next_turn == 2 and view.status == "pending"
+    contents = rebuild([decode(kind, payload) for kind, payload in view.events])
+    assert contents[-1]["parts"][-1] == {"text": "Use blue."}
