@@ -136,7 +136,12 @@ def replay_session(conn: Connection, *, session_id: int, now: datetime) -> Repla
     """
     head = recorded.find_session(conn, session_id=session_id)
     log = recorded.session_log(conn, session_id=session_id)
-    history = recorded.artifact_history(conn, session_id=session_id)
+    # A turn that commits while this reads is left out: versions beyond the log read are not
+    # compared (each turn commits its events and versions together).
+    last = max((e.turn_no for e in log if e.kind == EventKind.model.value), default=-1)
+    history = [
+        v for v in recorded.artifact_history(conn, session_id=session_id) if v.turn_no <= last
+    ]
     # The scratch workspace is an in-memory database of the same schema: the tools run
     # against it exactly as they ran against the fleet's.
     scratch = create_engine("sqlite://")

@@ -33,18 +33,20 @@ def scheduler(settings: Settings, *args: str) -> Result:
 @pytest.fixture
 def long_session(
     engine: Engine, app: Any, start_worker: Callable[..., WorkerProcess]
-) -> Callable[[], int]:
+) -> Callable[..., int]:
     """Factory: a finished sim session of ten turns or more, run by a real worker; its id.
 
     An explorer probes the tools for 6 to 14 turns before it plans, publishes, refines and
     hands off; the idle-turn guard is raised so that it is not stopped for exploring, and
-    every first draft carries a defect for the verifier to send back. The worker stays up.
+    every first draft carries a defect (with seed 21 one the handoff's static checks refuse,
+    with 23 one only the browser verifier finds). ``env`` configures the worker, which stays
+    up.
     """
 
-    def make() -> int:
-        start_worker()
+    def make(seed: int = 21, **env: str) -> int:
+        start_worker(**env)
         run_id, (session_id,) = make_run(
-            engine, sim_mix={"explorer": 1.0}, loop_idle_turns=30, sim_flaw_rate=1.0, seed=21
+            engine, sim_mix={"explorer": 1.0}, loop_idle_turns=30, sim_flaw_rate=1.0, seed=seed
         )
         CeleryDispatcher(app).send(Dispatch(session_id, "turn", 0))
         status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)

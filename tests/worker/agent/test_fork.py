@@ -62,7 +62,7 @@ def _fork_of(engine: Engine, run_id: int) -> tuple[int, int, int]:
 
 
 def test_a_fork_at_turn_n_continues_live_and_records_its_origin(
-    settings: Settings, engine: Engine, long_session: Callable[[], int]
+    settings: Settings, engine: Engine, long_session: Callable[..., int], tmp_path: Path
 ) -> None:
     # Given a finished session of ten turns or more, and the turn that wrote its second version
     origin = long_session()
@@ -109,16 +109,36 @@ def test_a_fork_at_turn_n_continues_live_and_records_its_origin(
     assert figures["fork"]["outcome"] == figures["origin"]["outcome"] == "verified"
     text = scheduler(settings, "report", str(fork_run)).stdout
     assert "forks next to their origins" in text and f"{fork_run}/{fork}" in text
+    html = tmp_path / "report.html"
+    assert scheduler(settings, "report", str(fork_run), "--html", str(html)).exit_code == 0
+    assert "Forks, from the turn each went live" in html.read_text(encoding="utf-8")
 
 
-def test_fork_refuses_a_turn_out_of_range_in_one_line(
-    settings: Settings, engine: Engine, long_session: Callable[[], int]
+def test_a_fork_after_a_verdict_repairs_and_bad_turns_are_one_line(
+    settings: Settings, engine: Engine, long_session: Callable[..., int]
 ) -> None:
-    origin = long_session()
+    # Given a session whose handoff the browser verifier sent back for repair
+    origin = long_session(seed=23, SWARM_VERIFIER="browser")
+    log = _log(engine, origin)
+    (feedback,) = [e for e in log if e.kind == "feedback"]
     with engine.connect() as conn:
         next_turn = conn.execute(
             select(sessions.c.next_turn).where(sessions.c.id == origin)
         ).scalar_one()
+    # When it is forked at the turn the verifier's findings opened
+    at_turn = feedback.turn_no
+    result = scheduler(settings, "fork", str(origin), "--at-turn", str(at_turn), "--follow")
+    # Then the fork read those findings, repaired in its round 1, and was verified
+    assert result.exit_code == 0, result.output
+    fork_run = int(result.stdout.split()[1].rstrip(":"))
+    fork = _fork_of(engine, fork_run)[2]
+    assert feedback in _log(engine, fork)
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(sessions.c.repair_round, sessions.c.outcome).where(sessions.c.id == fork)
+        ).one()
+    assert (row.repair_round, row.outcome) == (1, "verified")
+    # and a turn out of range, or right after the handoff that passed, is one error line
     for turn, message in (
         (next_turn + 1, f"--at-turn takes 0 to {next_turn}"),
         (next_turn, "hands off its artifact"),
@@ -128,7 +148,7 @@ def test_fork_refuses_a_turn_out_of_range_in_one_line(
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith("error: ") and message in line
     with engine.connect() as conn:
-        assert conn.execute(select(runs.c.id)).scalars().all() == [1]
+        assert len(conn.execute(select(runs.c.id)).scalars().all()) == 2
 
 
 class RecordingGemini(FakeGemini):

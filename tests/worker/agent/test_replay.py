@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 
 def test_a_ten_turn_session_replays_byte_for_byte(
-    settings: Settings, engine: Engine, long_session: Callable[[], int]
+    settings: Settings, engine: Engine, long_session: Callable[..., int]
 ) -> None:
     # Given a finished session of ten turns or more
     session_id = long_session()
@@ -57,7 +57,7 @@ def test_a_ten_turn_session_replays_byte_for_byte(
 
 
 def test_a_tampered_version_or_event_fails_replay(
-    settings: Settings, engine: Engine, long_session: Callable[[], int]
+    settings: Settings, engine: Engine, long_session: Callable[..., int]
 ) -> None:
     # Given a long session that replays
     session_id = long_session()
