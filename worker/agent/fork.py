@@ -76,6 +76,8 @@ def create_fork(
         raise InputError(f"the note must have 1 to {MAX_NOTE_CHARS} characters")
     log = kept_events(recorded.session_log(conn, session_id=session_id), at_turn)
     _refuse_after_handoff(log, session_id=session_id, at_turn=at_turn)
+    if model is not None and model != origin.model and note is None:
+        _refuse_foreign_signatures(log, origin_model=origin.model, model=model)
     config = RunConfig.model_validate(origin.run_config).model_copy(update={"waves": "1x1"})
     run_id = create_run(
         conn,
@@ -149,6 +151,28 @@ def _refuse_after_handoff(log: list[LoggedEvent], *, session_id: int, at_turn: i
         raise InputError(
             f"turn {at_turn - 1} of session {session_id} hands off its artifact and no "
             "verdict sent it back: fork at an earlier turn"
+        )
+
+
+def _refuse_foreign_signatures(log: list[LoggedEvent], *, origin_model: str, model: str) -> None:
+    # Gemini checks the thought signature of every function call since the last user text
+    # (the API's "current turn"), and the signatures another provider wrote (the sim's)
+    # never pass. A note is user text: it starts a new turn, with nothing left to check.
+    if not model.startswith("gemini-") or origin_model.startswith("gemini-"):
+        return
+    texts = (EventKind.brief.value, EventKind.feedback.value, EventKind.nudge.value)
+    start = max((i for i, e in enumerate(log) if e.kind in texts), default=-1)
+    calls = [
+        e
+        for e in log[start + 1 :]
+        if e.kind == EventKind.model.value
+        and any("function_call" in p for p in e.payload["content"].get("parts") or ())
+    ]
+    if calls:
+        raise InputError(
+            f"turn {calls[-1].turn_no} carries thought signatures of {origin_model}, which "
+            f"{model} would refuse in the turn the fork continues: pass --brief-note to "
+            "start a new turn, or fork at a turn that follows a user message"
         )
 
 

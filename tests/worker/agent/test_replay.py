@@ -17,6 +17,7 @@ from worker.agent.fork import create_fork
 from worker.agent.history import rebuild
 from worker.agent.replay import replay_session
 from worker.agent.workspace import get_artifact, get_plan
+from worker.errors import InputError
 from worker.fleet.runtime import Runtime
 from worker.settings import Settings
 from worker.store.engine import utcnow
@@ -25,6 +26,8 @@ from worker.store.sessions import load_session
 from worker.store.tables import artifact_versions, events
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+GEMINI = "gemini-3-flash-preview"
 
 
 def test_a_ten_turn_session_replays_byte_for_byte(
@@ -204,9 +207,18 @@ def test_a_fork_keeps_the_workspace_and_plan_of_its_turn(runtime: Runtime, engin
             ),
         ],
     )
-    # When it is forked at turn 2 with a note
+    # When it is forked at turn 2 onto Gemini without a note, the sim's thought signatures
+    # in the turn the fork continues are refused before anything is created
+    with (
+        pytest.raises(InputError, match=r"thought signatures of sim.*--brief-note"),
+        engine.begin() as conn,
+    ):
+        create_fork(conn, session_id=origin, at_turn=2, now=utcnow(), model=GEMINI)
+    # When it is forked at turn 2 onto Gemini with a note, which starts a new turn
     with engine.begin() as conn:
-        made = create_fork(conn, session_id=origin, at_turn=2, now=utcnow(), note="Use blue.")
+        made = create_fork(
+            conn, session_id=origin, at_turn=2, now=utcnow(), model=GEMINI, note="Use blue."
+        )
     # Then the fork's artifact is v2, as it was when turn 2 began, and its plan is set
     with engine.connect() as conn:
         current = get_artifact(conn, session_id=made.session_id, name="a.html")
@@ -217,6 +229,6 @@ def test_a_fork_keeps_the_workspace_and_plan_of_its_turn(runtime: Runtime, engin
     assert [p.text for p in plan] == ["draw", "hand off"]
     # and its history ends with the note, which the model reads as turn 2's prompt
     assert (log[-1].turn_no, log[-1].kind, log[-1].payload["reason"]) == (2, "nudge", "note")
-    assert view.next_turn == 2 and view.status == "pending"
+    assert (view.next_turn, view.status, view.model) == (2, "pending", GEMINI)
     contents = rebuild([decode(kind, payload) for kind, payload in view.events])
     assert contents[-1]["parts"][-1] == {"text": "Use blue."}
