@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from worker.agent.events import EventKind, Nudge, NudgeReason
 from worker.agent.profiles import get_profile
 from worker.agent.prompt import user_text
-from worker.agent.replay import reenact
+from worker.agent.replay import compare_versions, reenact
 from worker.agent.runs import RunConfig, create_run
 from worker.errors import InputError
 from worker.store import recorded
@@ -120,9 +120,17 @@ def create_fork(
         now=now,
         until_turn=at_turn,
     )
-    if done.divergences:
+    recorded_versions = [
+        v for v in recorded.artifact_history(conn, session_id=session_id) if v.turn_no < at_turn
+    ]
+    versions = compare_versions(
+        recorded_versions, recorded.artifact_history(conn, session_id=fork_id)
+    )
+    problem = next((v.problem for v in versions if not v.match), None)
+    if done.divergences or problem is not None:
         raise InputError(
-            f"session {session_id} does not re-enact as recorded ({done.divergences[0]}); "
+            f"session {session_id} does not re-enact as recorded "
+            f"({problem or done.divergences[0]}); "
             f"`python -m scheduler replay {session_id}` shows where"
         )
     return Fork(run_id, fork_id, origin.run_id, session_id, at_turn)

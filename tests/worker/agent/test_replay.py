@@ -69,9 +69,9 @@ def test_a_tampered_version_or_event_fails_replay(
     # When one byte of its second version is changed in the database
     with engine.begin() as conn:
         v2 = conn.execute(
-            select(artifact_versions.c.id, artifact_versions.c.content).where(
-                artifact_versions.c.version == 2
-            )
+            select(
+                artifact_versions.c.id, artifact_versions.c.content, artifact_versions.c.turn_no
+            ).where(artifact_versions.c.version == 2)
         ).one()
         conn.execute(
             update(artifact_versions)
@@ -84,6 +84,11 @@ def test_a_tampered_version_or_event_fails_replay(
     assert "v2" in next(line for line in result.stdout.splitlines() if "MISMATCH" in line)
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: session {session_id} does not replay: dashboard.html v2")
+    # and a fork after that version is refused: its workspace would not be the recorded one
+    result = scheduler(settings, "fork", str(session_id), "--at-turn", str(v2.turn_no + 1))
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "does not re-enact as recorded (dashboard.html v2" in line
     # Given the version put back, when a recorded model call is changed instead
     with engine.begin() as conn:
         conn.execute(
