@@ -1,5 +1,5 @@
 """``python -m scheduler``: migrate, enqueue, run (embedded), ladder, status, report, cancel,
-resume."""
+resume, replay, fork, diff."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 from rich.console import Console
 
+from scheduler.cli.diff import diff
 from scheduler.cli.embedded import embedded_worker
 from scheduler.cli.follow import DEFAULT_STALL_AFTER_S, until_finished
+from scheduler.cli.fork import fork
 from scheduler.cli.options import LadderRequest, RunRequest, run_options
+from scheduler.cli.replay import replay
 from scheduler.cli.report import report
 from scheduler.cli.services import (
     EXIT_OK,
@@ -343,6 +346,9 @@ def resume(settings: Settings, run_id: int) -> None:
 
 
 cli.add_command(report)
+cli.add_command(replay)
+cli.add_command(fork)
+cli.add_command(diff)
 
 
 def main() -> None:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
+from scheduler.report.forks import ForkFigures, fork_figures
 from scheduler.report.memory import Memory, memory_figures
 from scheduler.report.timings import TurnTimings, timing_figures
 from scheduler.report.waves import TOKEN_KINDS, WaveFigures, wave_figures
@@ -168,6 +169,8 @@ class RunFigures:
     """Tokens times hours the run's explicit caches were kept."""
     timings: TurnTimings | None = None
     """The run's turn timing ledger: overhead and phase percentiles, duplicate turn tasks."""
+    forks: tuple[ForkFigures, ...] = ()
+    """The fork this run is, and the forks made of its sessions, each next to its origin."""
 
     @property
     def total_usd(self) -> float:
@@ -232,6 +235,7 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
         cache_storage_usd=storage_usd,
         cache_token_hours=token_hours,
         timings=timing_figures(conn, run_id, duplicates=run.duplicate_turn_tasks),
+        forks=fork_figures(conn, run_id),
     )
 
 
@@ -288,12 +292,17 @@ def _artifacts(conn: Connection, run_id: int) -> Artifacts:
 
 
 def _counts(conn: Connection, run_id: int, kind: str, key: str) -> tuple[int, dict[str, int]]:
-    """Events of ``kind`` in the run: the total, and the count of each ``payload[key]``."""
+    """Events of ``kind`` in the run: the total, and the count of each ``payload[key]``.
+
+    A fork's run counts only its own turns, not the history it copied from its origin.
+    """
     label = events.c.payload[key].as_string()
+    own = or_(runs.c.forked_at_turn.is_(None), events.c.turn_no >= runs.c.forked_at_turn)
     rows = conn.execute(
         select(label, func.count())
         .join_from(events, sessions, events.c.session_id == sessions.c.id)
-        .where(sessions.c.run_id == run_id, events.c.kind == kind)
+        .join(runs, runs.c.id == sessions.c.run_id)
+        .where(sessions.c.run_id == run_id, events.c.kind == kind, own)
         .group_by(label)
     ).all()
     by_key: Counter[str] = Counter()

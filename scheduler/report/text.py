@@ -7,7 +7,7 @@ The figures come from :mod:`scheduler.report.figures` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from rich import box
 from rich.console import Group
@@ -15,11 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 from scheduler.report.figures import RunFigures
+from scheduler.report.forks import ForkFigures
 from scheduler.report.format import arrow, delta, duration, mib, ms, pct, usd
 from scheduler.report.ladder_figures import LadderFigures, runs_of
 from worker.states import CostBucket
 
-__all__ = ["report_view"]
+__all__ = ["fork_table", "report_view"]
 
 #: Short headers of the :class:`~worker.states.CostBucket` columns, for an 80-column terminal.
 _OUTCOME_HEADERS = {
@@ -145,7 +146,39 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
         )
     )
     parts.append(_timings_table(runs))
+    forks = [f for r in runs for f in r.forks]
+    if forks:
+        parts.append(fork_table(forks))
     return Group(*parts)
+
+
+def fork_table(forks: Sequence[ForkFigures]) -> Table:
+    """Each fork under its origin: turns, dollars and outcome from the fork's turn on."""
+    table = Table(
+        title="forks next to their origins, counted from the turn each fork went live",
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+    )
+    for name in ("", "turn", "run/session", "model", "profile", "turns", "cost"):
+        right = name in ("turn", "turns", "cost")
+        table.add_column(name, justify="right" if right else "left", no_wrap=name != "model")
+    table.add_column("outcome", overflow="fold")
+    for i, fork in enumerate(forks):
+        if i:
+            table.add_section()
+        for side, b in (("origin", fork.origin), ("fork", fork.fork)):
+            table.add_row(
+                side,
+                str(fork.at_turn),
+                f"{b.run_id}/{b.session_id}",
+                b.model,
+                b.profile,
+                str(b.turns),
+                usd(b.cost_usd),
+                b.outcome or b.status,
+            )
+    return table
 
 
 def _timings_table(runs: list[RunFigures]) -> Table:

@@ -55,6 +55,8 @@ class NudgeReason(str, Enum):
     no_tool_call = "no_tool_call"
     #: the loop detector's first warning
     loop = "loop"
+    #: the operator's note to a fork, read as it goes live
+    note = "note"
 
 
 @dataclass(frozen=True)

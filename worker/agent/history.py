@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from worker.agent.events import Ended, Event, ToolFailure, ToolResult
 from worker.models.base import Content
+
+#: What :func:`elide_long_args` leaves in place of an argument it does not keep.
+_ELIDED = re.compile(r"^\[[0-9,]+ characters not kept: over [0-9,]+\]$")
 
 
 def rebuild(events: Iterable[Event]) -> list[Content]:
@@ -67,3 +71,8 @@ def elide_long_args(content: Content, *, max_chars: int) -> Content:
 def _long_args(part: dict[str, Any], max_chars: int) -> bool:
     args = (part.get("function_call") or {}).get("args") or {}
     return any(isinstance(v, str) and len(v) > max_chars for v in args.values())
+
+
+def is_elided(args: dict[str, Any]) -> bool:
+    """True when :func:`elide_long_args` replaced one of these call arguments by its note."""
+    return any(isinstance(v, str) and _ELIDED.match(v) for v in args.values())

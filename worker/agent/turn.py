@@ -40,7 +40,7 @@ from worker.errors import (
     TransientError,
 )
 from worker.fleet.runtime import Runtime, TurnObserver
-from worker.models.base import Model, ModelRequest, ModelTurn, TokenUsage
+from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn, TokenUsage
 from worker.states import Outcome, RunStatus
 from worker.store import lifecycle, sessions
 
@@ -356,22 +356,26 @@ def _observe(
 
 
 def _run_tools(answer: ModelTurn, ctx: ToolContext) -> list[Event]:
-    items: list[Event] = []
-    for call in answer.calls:
-        ctx.progress = False
-        try:
-            if ctx.handed_off is not None:
-                raise ToolError(
-                    "the artifact was already handed off in this turn",
-                    kind="after_handoff",
-                    hint="handoff must be the last call",
-                )
-            output = run_tool(call, ctx)
-        except ToolError as exc:
-            items.append(ToolFailure(call.name, call.id, exc.kind, exc.to_result()))
-        else:
-            items.append(ToolResult(call.name, call.id, output, progress=ctx.progress))
-    return items
+    return [run_call(call, ctx) for call in answer.calls]
+
+
+def run_call(call: FunctionCall, ctx: ToolContext) -> ToolResult | ToolFailure:
+    """Run one call of a model turn; what the model is shown is the event returned.
+
+    Replay re-enacts recorded turns through this same function.
+    """
+    ctx.progress = False
+    try:
+        if ctx.handed_off is not None:
+            raise ToolError(
+                "the artifact was already handed off in this turn",
+                kind="after_handoff",
+                hint="handoff must be the last call",
+            )
+        output = run_tool(call, ctx)
+    except ToolError as exc:
+        return ToolFailure(call.name, call.id, exc.kind, exc.to_result())
+    return ToolResult(call.name, call.id, output, progress=ctx.progress)
 
 
 def _end(rt: Runtime, claim: lifecycle.Claim, stop: SessionStopped) -> TurnOutcome:

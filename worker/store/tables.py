@@ -104,6 +104,12 @@ class Run(Base):
     """Why the run stopped early (a budget, a cancel), if it did."""
     duplicate_turn_tasks: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Turn tasks that found their turn not due (sent again, or late) and did nothing."""
+    forked_from_session_id: Mapped[int | None] = mapped_column(
+        BigId, ForeignKey("sessions.id", ondelete="SET NULL", use_alter=True), index=True
+    )
+    """For a fork: the session whose history it continues."""
+    forked_at_turn: Mapped[int | None] = mapped_column(Integer)
+    """For a fork: its first live turn (the turns before it are the origin's)."""
     created_at: Mapped[datetime] = _ts(nullable=False)
     started_at: Mapped[datetime | None] = _ts()
     finished_at: Mapped[datetime | None] = _ts()

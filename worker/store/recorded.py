@@ -1,0 +1,78 @@
+"""A session as it was recorded: its event log by turn, and every version of its artifacts.
+
+What replay re-enacts and checks, and what a fork copies. Every function takes an open
+:class:`~sqlalchemy.engine.Connection`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import NoResultFound
+
+from worker.errors import InputError
+from worker.store.sessions import SessionView, load_session
+from worker.store.tables import artifact_versions, artifacts, events
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    """One row of a session's event log."""
+
+    turn_no: int
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RecordedVersion:
+    """One version of one artifact, with the turn that wrote it."""
+
+    name: str
+    version: int
+    turn_no: int
+    content: str
+    sha256: str
+
+
+def find_session(conn: Connection, *, session_id: int) -> SessionView:
+    """The session, its run's settings and its events (what a turn loads).
+
+    Raises:
+        InputError: no session has that id.
+    """
+    try:
+        return load_session(conn, session_id=session_id)
+    except NoResultFound:
+        raise InputError(f"no session {session_id}") from None
+
+
+def session_log(conn: Connection, *, session_id: int) -> list[LoggedEvent]:
+    """The session's events in log order."""
+    rows = conn.execute(
+        select(events.c.turn_no, events.c.seq, events.c.kind, events.c.payload)
+        .where(events.c.session_id == session_id)
+        .order_by(events.c.turn_no, events.c.seq)
+    ).all()
+    return [LoggedEvent(r.turn_no, r.seq, r.kind, r.payload) for r in rows]
+
+
+def artifact_history(conn: Connection, *, session_id: int) -> list[RecordedVersion]:
+    """Every version of every artifact of the session, by name then version."""
+    rows = conn.execute(
+        select(
+            artifacts.c.name,
+            artifact_versions.c.version,
+            artifact_versions.c.turn_no,
+            artifact_versions.c.content,
+            artifact_versions.c.sha256,
+        )
+        .join(artifacts, artifacts.c.id == artifact_versions.c.artifact_id)
+        .where(artifacts.c.session_id == session_id)
+        .order_by(artifacts.c.name, artifact_versions.c.version)
+    ).all()
+    return [RecordedVersion(r.name, r.version, r.turn_no, r.content, r.sha256) for r in rows]
