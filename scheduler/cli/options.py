@@ -155,6 +155,7 @@ _CONFIG_FIELDS = (
     "sim_latency_ms",
     "sim_flaw_rate",
     "cache",
+    "cache_warm",
 )
 
 
@@ -211,6 +212,14 @@ def _shared_options() -> list[Callable[..., Any]]:
             show_default=True,
             help="Gemini context caching: the API's implicit cache, "
             "or one explicit cache of the run's prompt prefix.",
+        ),
+        click.option(
+            "--cache-warm",
+            type=click.Choice(get_args(RunConfig.model_fields["cache_warm"].annotation)),
+            default=_default("cache_warm"),
+            show_default=True,
+            help="Send one first turn of a wave that starts on an uncached prompt prefix, "
+            "and the rest once it completes, so they are served from the implicit cache.",
         ),
         click.option(
             "--seed",

@@ -92,6 +92,11 @@ class RunConfig(BaseModel):
     cache: Literal["implicit", "explicit"] = "implicit"
     """Gemini context caching: the API's implicit cache, or one explicit cache per run
     holding the stable prefix (system instruction and tools)."""
+    cache_warm: Literal["on", "off"] = "on"
+    """Cache-warm dispatch: a wave that starts on a prefix the model has not cached lately
+    sends one first turn, and the rest once it completes (``worker.store.warmup``)."""
+    cache_warm_cap_s: float = Field(default=8.0, ge=0)
+    """Longest wait of a wave's other first turns for the warming one."""
 
     @field_validator("sim_mix")
     @classmethod

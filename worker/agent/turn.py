@@ -41,7 +41,7 @@ from worker.errors import (
 from worker.fleet.runtime import Runtime
 from worker.models.base import Model, ModelRequest, ModelTurn
 from worker.states import Outcome, RunStatus
-from worker.store import lifecycle, sessions
+from worker.store import lifecycle, sessions, warmup
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +253,12 @@ def _commit(
             conn, claim=claim, now=now, handoff_version_id=ctx.handed_off
         )
         assert committed, "the lease was checked under a row lock in this transaction"
+        # A first turn warmed the cache: its wave's held first turns may go now.
+        released = (
+            warmup.release_wave(conn, session_id=claim.session_id, now=now)
+            if claim.turn_no == 0
+            else []
+        )
     if loop is not None:
         raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
     nxt = (
@@ -260,7 +266,7 @@ def _commit(
         if ctx.handed_off is not None
         else lifecycle.Dispatch(claim.session_id, "turn", claim.turn_no + 1)
     )
-    rt.send_all([nxt])
+    rt.send_all([nxt, *(lifecycle.Dispatch(s, "turn", 0) for s in released)])
     return TurnOutcome.committed
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from worker.states import TERMINAL, Outcome, RunStatus, SessionStatus, WaveStatus
 from worker.store.engine import notify_run
 from worker.store.tables import ladders, outbox, runs, sessions, waves
+from worker.store.warmup import hold_wave
 
 #: Session states in which a session still holds its wave open.
 ACTIVE = tuple(s.value for s in SessionStatus if s not in TERMINAL)
@@ -44,6 +45,8 @@ class Dispatch:
     session_id: int
     kind: str
     number: int
+    delay_s: float = 0.0
+    """Send it this many seconds from now (a first turn held back to warm the cache)."""
 
 
 def claim_turn(
@@ -376,7 +379,11 @@ def start_wave(conn: Connection, *, run_id: int, index: int, now: datetime) -> l
         .returning(sessions.c.id, sessions.c.next_turn)
     ).all()
     notify_run(conn, run_id)
-    return [Dispatch(r.id, "turn", r.next_turn) for r in sorted(started)]
+    started = sorted(started)
+    delay_s = hold_wave(conn, run_id=run_id, session_ids=[r.id for r in started], now=now)
+    return [
+        Dispatch(r.id, "turn", r.next_turn, delay_s if i else 0.0) for i, r in enumerate(started)
+    ]
 
 
 def take_outbox(
