@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, insert, select
 
 from worker.agent.runs import RunConfig, create_run
 from worker.fleet.runtime import Runtime
@@ -171,3 +172,33 @@ def duplicates(engine: Engine) -> dict[str, int]:
                 ("version_gaps", gaps),
             )
         }
+
+
+def add_usage(
+    engine: Engine,
+    *,
+    run_id: int,
+    session_id: int,
+    model: str = "sim",
+    cost_usd: float = 0.001,
+    created_at: datetime | None = None,
+) -> None:
+    """Record one model call of a session's first turn, as a worker's commit would."""
+    with engine.begin() as conn:
+        conn.execute(
+            insert(usage).values(
+                session_id=session_id,
+                run_id=run_id,
+                turn_no=0,
+                model=model,
+                prompt_tokens=1000,
+                cached_tokens=0,
+                output_tokens=100,
+                thoughts_tokens=0,
+                tool_use_tokens=0,
+                cost_usd=cost_usd,
+                price_date="2026-12-01",
+                latency_ms=1,
+                created_at=created_at or utcnow(),
+            )
+        )

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, select
 
-from tests.factories import make_run
+from tests.factories import add_usage, make_run
 from worker.store.engine import utcnow
 from worker.store.lifecycle import Dispatch, claim_overdue, take_outbox
-from worker.store.tables import sessions, usage
+from worker.store.tables import sessions
 from worker.store.warmup import release_wave
 
 pytestmark = pytest.mark.services
@@ -77,24 +77,13 @@ def test_nothing_is_held_without_an_implicit_cache_to_warm(
 def test_a_prefix_used_lately_is_warm_already(engine: Engine) -> None:
     # Given a call on the same model and prefix that completed a minute ago
     run_id, ids = make_run(engine, waves="1x1", model=MODEL)
-    with engine.begin() as conn:
-        conn.execute(
-            insert(usage).values(
-                session_id=ids[0],
-                run_id=run_id,
-                turn_no=0,
-                model=MODEL,
-                prompt_tokens=1000,
-                cached_tokens=0,
-                output_tokens=10,
-                thoughts_tokens=0,
-                tool_use_tokens=0,
-                cost_usd=0.001,
-                price_date="2026-01-01",
-                latency_ms=100,
-                created_at=utcnow() - timedelta(seconds=60),
-            )
-        )
+    add_usage(
+        engine,
+        run_id=run_id,
+        session_id=ids[0],
+        model=MODEL,
+        created_at=utcnow() - timedelta(seconds=60),
+    )
     # When another run on it starts a wave
     new_ids, sent = _start(engine, waves="1x3", model=MODEL)
     # Then no first turn is held
