@@ -23,6 +23,8 @@ from worker.errors import RunNotFound
 from worker.models.base import TokenUsage
 from worker.models.pricing import PriceTable
 from worker.states import TERMINAL, CostBucket, Outcome, RunStatus, SessionStatus
+from worker.store.cache_alarm import CacheAlarm, cache_alarm
+from worker.store.forecast import Forecast, forecast
 from worker.store.queries import per_session
 from worker.store.tables import (
     artifact_versions,
@@ -165,6 +167,10 @@ class RunFigures:
     """Storage of the run's explicit caches, billed per token-hour; not in ``cost_usd``."""
     cache_token_hours: float = 0.0
     """Tokens times hours the run's explicit caches were kept."""
+    forecast: Forecast | None = None
+    """The run's projected total spend, once two sessions ended on their own."""
+    cache_alarm: CacheAlarm | None = None
+    """Where the run's cache share fell well below its running figure, if it did."""
 
     @property
     def total_usd(self) -> float:
@@ -228,6 +234,8 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
         waves=waves,
         cache_storage_usd=storage_usd,
         cache_token_hours=token_hours,
+        forecast=forecast(conn, run_id=run_id),
+        cache_alarm=cache_alarm(conn, run_id=run_id),
     )
 
 

@@ -41,7 +41,7 @@ from worker.errors import (
 from worker.fleet.runtime import Runtime
 from worker.models.base import Model, ModelRequest, ModelTurn
 from worker.states import Outcome, RunStatus
-from worker.store import lifecycle, sessions, warmup
+from worker.store import cache_alarm, lifecycle, sessions, warmup
 
 logger = logging.getLogger(__name__)
 
@@ -259,6 +259,8 @@ def _commit(
             if claim.turn_no == 0
             else []
         )
+    with rt.engine.connect() as conn:
+        cache_alarm.after_turn(conn, run_id=view.run_id)
     if loop is not None:
         raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
     nxt = (
