@@ -182,17 +182,20 @@ def add_usage(
     model: str = "sim",
     cost_usd: float = 0.001,
     created_at: datetime | None = None,
+    turn_no: int = 0,
+    prompt_tokens: int = 1000,
+    cached_tokens: int = 0,
 ) -> None:
-    """Record one model call of a session's first turn, as a worker's commit would."""
+    """Record one model call of a session (its first turn unless told), as a commit would."""
     with engine.begin() as conn:
         conn.execute(
             insert(usage).values(
                 session_id=session_id,
                 run_id=run_id,
-                turn_no=0,
+                turn_no=turn_no,
                 model=model,
-                prompt_tokens=1000,
-                cached_tokens=0,
+                prompt_tokens=prompt_tokens,
+                cached_tokens=cached_tokens,
                 output_tokens=100,
                 thoughts_tokens=0,
                 tool_use_tokens=0,

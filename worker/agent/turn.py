@@ -259,8 +259,8 @@ def _commit(
             if claim.turn_no == 0
             else []
         )
-    with rt.engine.connect() as conn:
-        cache_alarm.after_turn(conn, run_id=view.run_id)
+    with rt.engine.begin() as conn:
+        cache_alarm.after_turn(conn, run_id=view.run_id, now=now)
     if loop is not None:
         raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
     nxt = (

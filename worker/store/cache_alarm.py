@@ -1,14 +1,20 @@
-"""The cache-share alarm: a run whose share of cached prompt tokens falls well below its own.
+"""The cache-share alarm: a run whose cache serves far less than its own running figure.
 
-A run's cache share is steady while its prefix is deterministic: every turn after the
-first of a session is served most of its prompt from cache. When the share of the last
-:data:`WINDOW` turns falls below :data:`DROP_RATIO` of the run's running share before
-them, something changed under the run: a prefix that stopped being byte-identical, a
-model behind the name that changed, a cache the provider dropped. The alarm names the
-first turn of that window below the threshold, where the fall started.
+The figure watched is the share of the prompt a session already sent that the cache
+serves back: a turn's cached tokens over the prompt tokens of that session's previous turn.
+While the prefix is deterministic and the model the same, that share is steady (all of it,
+at the fake API), whatever the turn adds: a turn whose prompt is mostly a new artifact
+still finds everything sent before cached. The plain cache share would dip there, every
+wave, at the same turn of every session. First turns are left out: they sent nothing before.
 
-The worker checks after every turn it commits and logs the alarm at WARNING once, on the
-turn that raises it; ``status``, ``--follow`` and the report read the same figure.
+When the share over the last :data:`WINDOW` turns falls below :data:`DROP_RATIO` of the
+run's running share before them, something changed under the run: a prefix that stopped
+being byte-identical, a model behind the name that changed, a cache the provider dropped.
+The alarm names the first turn of that window below the threshold, where the fall started.
+
+The worker checks after every turn it commits, until the alarm rises; the one that sees it
+first logs it at WARNING (claimed by an outbox key, so once per run). ``status``,
+``--follow`` and the report read the same figure.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
-from worker.store.tables import sessions, usage
+from worker.store.tables import outbox, sessions, usage
 
 __all__ = ["CacheAlarm", "UsageRow", "after_turn", "cache_alarm", "find_drop"]
 
@@ -36,15 +43,19 @@ MIN_HISTORY = 16
 DROP_RATIO = 0.5
 #: A running share below this is no steady figure to fall from.
 MIN_SHARE = 0.2
+#: Outbox kind of the mark that the run's alarm was logged.
+ALARM = "cache_alarm"
 
 
 class UsageRow(NamedTuple):
-    """One model call of a run, in commit order."""
+    """One model call of a run after a session's first, in commit order."""
 
     session_index: int
     turn_no: int
     prompt_tokens: int
+    """Prompt tokens of the session's previous call: what it had sent before."""
     cached_tokens: int
+    """Tokens of this call served from cache."""
     at: datetime
 
 
@@ -53,7 +64,8 @@ class CacheAlarm:
     """Where a run's cache share fell, and from what to what."""
 
     turn: int
-    """The run's turn (1-based, in commit order) where the fall started."""
+    """The run's turn (1-based, in commit order, first turns of sessions left out) where
+    the fall started."""
     session_index: int
     turn_no: int
     at: datetime
@@ -67,9 +79,9 @@ class CacheAlarm:
     def describe(self) -> str:
         """One line for ``status`` and the report."""
         return (
-            f"cache share fell to {self.window_share:.0%} over {WINDOW} turns from a running "
-            f"{self.running_share:.0%}, starting at turn {self.turn} (session "
-            f"{self.session_index}, turn {self.turn_no})"
+            f"cache share fell to {self.window_share:.0%} of the prompt already sent over "
+            f"{WINDOW} turns, from a running {self.running_share:.0%}, starting at turn "
+            f"{self.turn} (session {self.session_index}, turn {self.turn_no})"
         )
 
 
@@ -113,21 +125,34 @@ def find_drop(rows: Sequence[UsageRow]) -> CacheAlarm | None:
 
 
 def _rows(conn: Connection, run_id: int) -> list[UsageRow]:
-    return [
-        UsageRow(*row)
-        for row in conn.execute(
-            select(
-                sessions.c.index,
-                usage.c.turn_no,
-                usage.c.prompt_tokens,
-                usage.c.cached_tokens,
-                usage.c.created_at,
-            )
-            .join(sessions, sessions.c.id == usage.c.session_id)
-            .where(usage.c.run_id == run_id)
-            .order_by(usage.c.id)
-        ).all()
-    ]
+    sent_before = func.lag(usage.c.prompt_tokens).over(
+        partition_by=usage.c.session_id, order_by=usage.c.turn_no
+    )
+    calls = (
+        select(
+            usage.c.id,
+            sessions.c.index,
+            usage.c.turn_no,
+            sent_before.label("sent_before"),
+            usage.c.cached_tokens,
+            usage.c.created_at,
+        )
+        .join(sessions, sessions.c.id == usage.c.session_id)
+        .where(usage.c.run_id == run_id)
+        .subquery()
+    )
+    rows = conn.execute(
+        select(
+            calls.c.index,
+            calls.c.turn_no,
+            calls.c.sent_before,
+            calls.c.cached_tokens,
+            calls.c.created_at,
+        )
+        .where(calls.c.sent_before.is_not(None))
+        .order_by(calls.c.id)
+    ).all()
+    return [UsageRow(*row) for row in rows]
 
 
 def cache_alarm(conn: Connection, *, run_id: int) -> CacheAlarm | None:
@@ -135,14 +160,31 @@ def cache_alarm(conn: Connection, *, run_id: int) -> CacheAlarm | None:
     return find_drop(_rows(conn, run_id))
 
 
-def after_turn(conn: Connection, *, run_id: int) -> CacheAlarm | None:
-    """Check a run after a turn committed; log the alarm at WARNING on the turn it rises.
+def after_turn(conn: Connection, *, run_id: int, now: datetime) -> CacheAlarm | None:
+    """Check a run after a turn committed; log the alarm at WARNING the first time it is seen.
 
-    Returns the alarm when this turn raised it.
+    Returns the alarm when this call logged it.
     """
-    rows = _rows(conn, run_id)
-    alarm = find_drop(rows)
-    if alarm is None or alarm.raised_at_turn != len(rows):
+    key = f"run:{run_id}:cache_alarm"
+    if conn.execute(select(outbox.c.id).where(outbox.c.key == key)).first() is not None:
+        return None
+    alarm = find_drop(_rows(conn, run_id))
+    if alarm is None:
+        return None
+    try:
+        # Written as dispatched: the row is a once-per-run mark, not work to send.
+        with conn.begin_nested():
+            conn.execute(
+                insert(outbox).values(
+                    key=key,
+                    run_id=run_id,
+                    kind=ALARM,
+                    payload={"turn": alarm.turn},
+                    created_at=now,
+                    dispatched_at=now,
+                )
+            )
+    except IntegrityError:  # another worker saw it first and logged it
         return None
     logger.warning("run %s: %s", run_id, alarm.describe())
     return alarm

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from ops.fake_gemini import FakeGemini, Fault, FaultRule
 from scheduler.cli import cli
@@ -14,6 +14,7 @@ from scheduler.cli.follow import until_finished
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue
 from worker.settings import Settings
+from worker.store.tables import sessions, usage
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -21,7 +22,7 @@ MODEL = "gemini-3-flash-preview"
 #: Seconds any whole run in these tests may take.
 RUN_TIMEOUT_S = 150
 #: Requests the fake serves from its cache before it stops.
-CACHED_REQUESTS = 24
+CACHED_REQUESTS = 30
 
 
 def _cli(settings: Settings, *args: str) -> str:
@@ -36,18 +37,27 @@ def test_a_cache_that_stops_serving_mid_run_raises_the_alarm_at_that_turn(
     start_worker: Callable[..., WorkerProcess],
     fake_gemini: Callable[..., FakeGemini],
 ) -> None:
-    # Given a fake API whose implicit cache stops serving after 24 requests, as when the
+    # Given a fake API whose implicit cache stops serving after 30 requests, as when the
     # prefix stops being byte-identical or the model behind the name changes
     fake = fake_gemini(faults=[FaultRule(Fault.cache_cold, times=None, after=CACHED_REQUESTS)])
     worker = start_worker(SWARM_GEMINI_BASE_URL=fake.url, GEMINI_API_KEY="k")
-    # When a 2x4 run goes through it
-    run_id = enqueue(settings, "--wave", "2x4", model=MODEL, seed=3)
+    # When a 2x5 run goes through it
+    run_id = enqueue(settings, "--wave", "2x5", model=MODEL, seed=3)
     figures = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
-    # Then the run's figures carry the alarm, starting at about the 25th turn
+    # Then the run's figures carry the alarm, starting at the first turn (after a
+    # session's first) that the cache did not serve
     alarm = figures.cache_alarm
     assert alarm is not None, figures.tokens
-    assert CACHED_REQUESTS - 2 <= alarm.turn <= CACHED_REQUESTS + 4, alarm
-    assert alarm.running_share > 0.5 and alarm.window_share < alarm.running_share / 2
+    with engine.connect() as conn:
+        first_cold = conn.execute(
+            select(sessions.c.index, usage.c.turn_no)
+            .join(sessions, sessions.c.id == usage.c.session_id)
+            .where(usage.c.run_id == run_id, usage.c.turn_no > 0, usage.c.cached_tokens == 0)
+            .order_by(usage.c.id)
+            .limit(1)
+        ).one()
+    assert (alarm.session_index, alarm.turn_no) == tuple(first_cold), alarm
+    assert alarm.running_share > 0.9 and alarm.window_share < alarm.running_share / 2
     # and the worker logged it once, at WARNING
     warned = [line for line in worker.log if "WARNING" in line and "cache share fell" in line]
     assert len(warned) == 1, warned
