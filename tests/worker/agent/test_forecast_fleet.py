@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import Engine, func, select
 
+from scheduler.cli import cli
 from scheduler.cli.follow import until_finished
 from tests.conftest import WorkerProcess
 from tests.factories import duplicates, enqueue
@@ -33,7 +36,10 @@ def _outcomes(engine: Engine, run_id: int) -> dict[str | None, int]:
 
 
 def test_the_forecast_stops_a_run_before_the_wave_its_budget_cannot_pay(
-    settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]
+    settings: Settings,
+    engine: Engine,
+    start_worker: Callable[..., WorkerProcess],
+    tmp_path: Path,
 ) -> None:
     # Given a worker, and a 3x4 run whose budget pays about half of it
     worker = start_worker(concurrency=4, SWARM_VERIFIER="static")
@@ -56,3 +62,17 @@ def test_the_forecast_stops_a_run_before_the_wave_its_budget_cannot_pay(
     assert stopped.verified >= budgeted.verified
     assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
     assert worker.errors() == []
+    # and status, the report and its HTML show the forecast against the budget
+    assert stopped.forecast is not None and stopped.forecast.over_budget
+    status = _cli(settings, "status", str(forecast_run))
+    assert "forecast" in status and f"over the ${BUDGET_USD:.4f} budget" in status
+    assert f"run {forecast_run} forecast: $" in _cli(settings, "report", str(forecast_run))
+    html = tmp_path / "report.html"
+    _cli(settings, "report", str(forecast_run), "--html", str(html))
+    assert "forecast" in html.read_text()
+
+
+def _cli(settings: Settings, *args: str) -> str:
+    result = CliRunner().invoke(cli, ["--database-url", settings.database_url, *args])
+    assert result.exit_code == 0, result.output
+    return result.output
