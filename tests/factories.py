@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, insert, select
 
 from worker.agent.runs import RunConfig, create_run
 from worker.fleet.runtime import Runtime
@@ -189,4 +190,37 @@ def passed_verdicts(engine: Engine, run_id: int, column: str) -> list[Any]:
                 .join(sessions)
                 .where(sessions.c.run_id == run_id, verifications.c.passed)
             ).scalars()
+        )
+
+
+def add_usage(
+    engine: Engine,
+    *,
+    run_id: int,
+    session_id: int,
+    model: str = "sim",
+    cost_usd: float = 0.001,
+    created_at: datetime | None = None,
+    turn_no: int = 0,
+    prompt_tokens: int = 1000,
+    cached_tokens: int = 0,
+) -> None:
+    """Record one model call of a session (its first turn unless told), as a commit would."""
+    with engine.begin() as conn:
+        conn.execute(
+            insert(usage).values(
+                session_id=session_id,
+                run_id=run_id,
+                turn_no=turn_no,
+                model=model,
+                prompt_tokens=prompt_tokens,
+                cached_tokens=cached_tokens,
+                output_tokens=100,
+                thoughts_tokens=0,
+                tool_use_tokens=0,
+                cost_usd=cost_usd,
+                price_date="2026-12-01",
+                latency_ms=1,
+                created_at=created_at or utcnow(),
+            )
         )

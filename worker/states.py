@@ -21,6 +21,8 @@ class RunStatus(str, Enum):
     finished = "finished"
     #: cancelled by a user
     cancelled = "cancelled"
+    #: ended early by a guard: its budget forecast said the next wave could not be paid
+    stopped = "stopped"
 
 
 class WaveStatus(str, Enum):
@@ -94,6 +96,8 @@ class Outcome(str, Enum):
     retries_exhausted = "retries_exhausted"
     #: one turn kept being claimed and never committed (a crashing worker)
     poison_turn = "poison_turn"
+    #: its wave never started: the run's budget forecast stopped the run
+    forecast = "forecast"
 
     @property
     def status(self) -> SessionStatus:
@@ -148,4 +152,5 @@ _STATUS_OF = {
     Outcome.model_error: SessionStatus.error,
     Outcome.retries_exhausted: SessionStatus.error,
     Outcome.poison_turn: SessionStatus.error,
+    Outcome.forecast: SessionStatus.stopped,
 }

@@ -35,6 +35,9 @@ class Fault(str, Enum):
     truncate = "truncate"
     #: finish reason MALFORMED_FUNCTION_CALL, no content
     malformed = "malformed"
+    #: a normal answer the implicit cache does not serve, as when the prefix or the model
+    #: behind a name changed
+    cache_cold = "cache-cold"
 
 
 #: The faults answered with a 429.

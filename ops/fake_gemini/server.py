@@ -2,8 +2,9 @@
 
 The sim personas play the model: each session is recognised by its first user message,
 so a session gets the same persona and dashboard on every request. Like the real API the
-server insists on thought signatures in the current turn, counts a prefix it has seen
-before as cached input, and fails in the ways listed in :class:`Fault` on demand.
+server insists on thought signatures in the current turn, serves the prefix of a completed
+request from its implicit cache (:mod:`.implicit`), and fails in the ways listed in
+:class:`Fault` on demand.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import re
 import socket
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -33,8 +33,9 @@ from ops.fake_gemini.faults import (
     rate_limit_body,
     server_error_body,
 )
+from ops.fake_gemini.implicit import DEFAULT_TTL_S, ImplicitCache
 from worker.models.base import TokenUsage
-from worker.models.sim.model import MIN_CACHED_TOKENS, SimModel
+from worker.models.sim.model import SimModel
 from worker.models.sim.personas import flaw_for, persona_for
 
 logger = logging.getLogger(__name__)
@@ -42,8 +43,6 @@ logger = logging.getLogger(__name__)
 _PATH = re.compile(r"^/(v1|v1beta)/models/([A-Za-z0-9._-]+):generateContent$")
 _CACHES = re.compile(r"^/(v1|v1beta)/cachedContents$")
 _CACHE = re.compile(r"^/(v1|v1beta)/(cachedContents/[A-Za-z0-9_-]+)$")
-#: Prefix hashes remembered for implicit caching.
-_SEEN_LIMIT = 200_000
 
 
 @dataclass(frozen=True)
@@ -83,6 +82,7 @@ class FakeGemini:
         sim: The personas' configuration.
         faults: Fault rules in force from the start.
         hang_s: How long a ``hang`` fault holds its request.
+        implicit_ttl_s: How long the implicit cache keeps a prefix without a hit.
     """
 
     def __init__(
@@ -92,13 +92,14 @@ class FakeGemini:
         sim: SimConfig | None = None,
         faults: list[FaultRule] | None = None,
         hang_s: float = 600.0,
+        implicit_ttl_s: float = DEFAULT_TTL_S,
     ) -> None:
         self.sim = sim or SimConfig()
         self.faults = FaultPlan(faults, seed=self.sim.seed)
         self.caches = CacheStore()
         self.hang_s = hang_s
         self._secret = hashlib.sha256(f"fake-gemini:{self.sim.seed}".encode()).digest()
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.implicit = ImplicitCache(ttl_s=implicit_ttl_s)
         self._served: list[Served] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -234,8 +235,15 @@ class FakeGemini:
             return 429, rate_limit_body(rule, model)
         if rule is not None and rule.fault in (Fault.internal, Fault.unavailable):
             return server_error_body(rule.fault)
-        usage_in = self._prompt_usage(parsed, cached_tokens)
+        hashes = wire.prefix_hashes(parsed)
+        cold = rule is not None and rule.fault is Fault.cache_cold
+        implicit = 0 if cold else self.implicit.lookup(model, hashes)
+        # An explicit cache is always served from cache, whatever its size.
+        usage_in = TokenUsage(
+            prompt_tokens=hashes[-1][1], cached_tokens=max(implicit, cached_tokens)
+        )
         if rule is not None and rule.fault is Fault.malformed:
+            self.implicit.complete(model, hashes)
             return 200, wire.response_body(
                 None,
                 finish_reason="MALFORMED_FUNCTION_CALL",
@@ -254,6 +262,8 @@ class FakeGemini:
             flaw=flaw_for(self.sim.flaw_rate, self.sim.seed, index),
         )
         answer = sim.generate(parsed.request)
+        # Only now, with the answer complete, may later requests be served this prefix.
+        self.implicit.complete(model, hashes)
         content = self._sign(answer.content, key, turn, ids=not model.startswith("gemini-2"))
         usage = TokenUsage(
             prompt_tokens=usage_in.prompt_tokens,
@@ -306,21 +316,6 @@ class FakeGemini:
             if bytes(part.thought_signature) not in valid:
                 return f"Function call {name} carries a thought_signature this API never issued."
         return None
-
-    def _prompt_usage(self, parsed: wire.Parsed, explicit_tokens: int = 0) -> TokenUsage:
-        hashes = wire.prefix_hashes(parsed)
-        with self._lock:
-            # An implicit hit covers a prefix the API saw before, never the newest content.
-            cached = max((size for digest, size in hashes[:-1] if digest in self._seen), default=0)
-            for digest, _ in hashes:
-                self._seen[digest] = None
-                self._seen.move_to_end(digest)
-            while len(self._seen) > _SEEN_LIMIT:
-                self._seen.popitem(last=False)
-        prompt = hashes[-1][1]
-        implicit = cached if cached >= MIN_CACHED_TOKENS else 0
-        # An explicit cache is always served from cache, whatever its size.
-        return TokenUsage(prompt_tokens=prompt, cached_tokens=max(implicit, explicit_tokens))
 
 
 def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:

@@ -26,7 +26,7 @@ from worker.store.tables import samples, sessions
 logger = logging.getLogger(__name__)
 
 #: Run states after which nothing more happens.
-FINAL_RUN_STATES = frozenset({RunStatus.finished, RunStatus.cancelled})
+FINAL_RUN_STATES = frozenset({RunStatus.finished, RunStatus.cancelled, RunStatus.stopped})
 #: Longest wait between two looks at the database (notifications usually come sooner).
 REFRESH_S = 0.5
 #: Seconds ``enqueue --follow`` lets due work go unclaimed before it says no worker runs.

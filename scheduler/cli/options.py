@@ -141,6 +141,17 @@ def _default(name: str) -> Any:
     return RunConfig.model_fields[name].get_default(call_default_factory=True)
 
 
+def _choice(field: str, help: str) -> Callable[..., Any]:
+    """``--field`` (dashes for underscores): one of the values :class:`RunConfig` allows."""
+    return click.option(
+        f"--{field.replace('_', '-')}",
+        type=click.Choice(get_args(RunConfig.model_fields[field].annotation)),
+        default=_default(field),
+        show_default=True,
+        help=help,
+    )
+
+
 def _mix_text(mix: dict[str, float]) -> str:
     """Persona weights as ``--sim-mix`` takes them: ``diligent`` or ``diligent=3,sloppy=1``."""
     return ",".join(name if weight == 1 else f"{name}={weight:g}" for name, weight in mix.items())
@@ -156,6 +167,8 @@ _CONFIG_FIELDS = (
     "sim_flaw_rate",
     "cache",
     "record",
+    "cache_warm",
+    "forecast",
 )
 
 
@@ -205,13 +218,15 @@ def _shared_options() -> list[Callable[..., Any]]:
             show_default=True,
             help="'sim' (the offline stand-in) or a Gemini model, e.g. gemini-3-flash-preview.",
         ),
-        click.option(
-            "--cache",
-            type=click.Choice(get_args(RunConfig.model_fields["cache"].annotation)),
-            default=_default("cache"),
-            show_default=True,
-            help="Gemini context caching: the API's implicit cache, "
+        _choice(
+            "cache",
+            "Gemini context caching: the API's implicit cache, "
             "or one explicit cache of the run's prompt prefix.",
+        ),
+        _choice(
+            "cache_warm",
+            "Send one first turn of a wave that starts on an uncached prompt prefix, "
+            "and the rest once it completes, so they are served from the implicit cache.",
         ),
         click.option(
             "--seed",
@@ -244,6 +259,11 @@ def _shared_options() -> list[Callable[..., Any]]:
             default=None,
             help="Dollars a run may spend; then no new turn starts and the "
             "remaining sessions end stopped.",
+        ),
+        _choice(
+            "forecast",
+            "With --budget-usd: project the run's spend from the sessions that ended, "
+            "and start no new wave once the projection's upper bound passes the budget.",
         ),
         click.option(
             "--repair-rounds",

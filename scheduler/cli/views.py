@@ -117,6 +117,10 @@ def status_view(
         summary.add_row("elapsed", f"{f.elapsed_s:.1f} s")
     if f.stop_reason:
         summary.add_row("stopped", f.stop_reason)
+    if f.forecast is not None:
+        summary.add_row("forecast", f.forecast.describe())
+    if f.cache_alarm is not None:
+        summary.add_row("cache alarm", f"[bold red]{f.cache_alarm.describe()}[/]")
     if f.ladder_id is not None:
         summary.add_row("ladder", f"L{f.ladder_id}, tier {f.tier}")
     if limiter is not None:
@@ -228,6 +232,17 @@ def _limiter(state: LimiterState | str) -> str:
     return text
 
 
+def _progress_note(figures: RunFigures) -> str:
+    """The forecast's upper bound against the budget, and the cache alarm, if any."""
+    note = ""
+    f = figures.forecast
+    if f is not None and f.budget_usd is not None:
+        note += f"  forecast ${f.projected_usd:.4f} (<= ${f.high_usd:.4f} of ${f.budget_usd:.4f})"
+    if figures.cache_alarm is not None:
+        note += f"  [bold red]CACHE ALARM from turn {figures.cache_alarm.turn}[/]"
+    return note
+
+
 class RunProgress:
     """A live progress bar of sessions ended, refreshed from the run's figures."""
 
@@ -238,7 +253,7 @@ class RunProgress:
             MofNCompleteColumn(),
             TextColumn(
                 "wave {task.fields[wave]}  ok {task.fields[ok]}  "
-                "bad {task.fields[bad]}  ${task.fields[cost]:.4f}"
+                "bad {task.fields[bad]}  ${task.fields[cost]:.4f}{task.fields[note]}"
             ),
             TimeElapsedColumn(),
             console=console,
@@ -264,6 +279,7 @@ class RunProgress:
             "ok": sessions.succeeded,
             "bad": sessions.ended - sessions.succeeded,
             "cost": figures.cost_usd,
+            "note": _progress_note(figures),
         }
         if self._task is None:
             self._task = self._progress.add_task("run", total=sessions.total, **fields)

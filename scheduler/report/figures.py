@@ -25,6 +25,8 @@ from worker.errors import RunNotFound
 from worker.models.base import TokenUsage
 from worker.models.pricing import PriceTable
 from worker.states import TERMINAL, CostBucket, Outcome, RunStatus, SessionStatus
+from worker.store.cache_alarm import CacheAlarm, cache_alarm
+from worker.store.forecast import Forecast, forecast
 from worker.store.queries import per_session
 from worker.store.tables import (
     artifact_versions,
@@ -171,6 +173,10 @@ class RunFigures:
     """The run's turn timing ledger: overhead and phase percentiles, duplicate turn tasks."""
     forks: tuple[ForkFigures, ...] = ()
     """The fork this run is, and the forks made of its sessions, each next to its origin."""
+    forecast: Forecast | None = None
+    """The run's projected total spend, once two sessions ended on their own."""
+    cache_alarm: CacheAlarm | None = None
+    """Where the run's cache share fell well below its running figure, if it did."""
 
     @property
     def total_usd(self) -> float:
@@ -236,6 +242,8 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
         cache_token_hours=token_hours,
         timings=timing_figures(conn, run_id, duplicates=run.duplicate_turn_tasks),
         forks=fork_figures(conn, run_id),
+        forecast=forecast(conn, run_id=run_id),
+        cache_alarm=cache_alarm(conn, run_id=run_id),
     )
 
 

@@ -112,6 +112,7 @@ def kpis(runs: Sequence[RunFigures]) -> list[tuple[str, str, str]]:
         added = one.memory.rss_per_session_bytes
         rss_note = "no idle samples" if added is None else f"{mib(added)} per session"
     return [
+        *_warnings(one),
         ("cost", usd(cost), one.structure if one else f"{len(runs)} runs"),
         (
             "cache storage",
@@ -139,3 +140,16 @@ def kpis(runs: Sequence[RunFigures]) -> list[tuple[str, str, str]]:
             one.status.value if one else "sum of runs",
         ),
     ]
+
+
+def _warnings(run: RunFigures | None) -> list[tuple[str, str, str]]:
+    """A single run's budget forecast and cache-share alarm, as headline cards."""
+    cards = []
+    if run is not None and run.forecast is not None and run.forecast.budget_usd is not None:
+        f = run.forecast
+        cards.append(
+            ("forecast", usd(f.projected_usd), f"up to {usd(f.high_usd)} of {usd(f.budget_usd)}")
+        )
+    if run is not None and run.cache_alarm is not None:
+        cards.append(("cache alarm", f"turn {run.cache_alarm.turn}", run.cache_alarm.describe()))
+    return cards

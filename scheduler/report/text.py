@@ -149,6 +149,9 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
     forks = [f for r in runs for f in r.forks]
     if forks:
         parts.append(fork_table(forks))
+    notes = [note for r in runs for note in _notes(r)]
+    if notes:
+        parts.append(Text("\n".join(notes)))
     return Group(*parts)
 
 
@@ -208,6 +211,18 @@ def _timings_table(runs: list[RunFigures]) -> Table:
         caption="overhead = every phase but the model call; phases and CPU are medians; "
         "duplicates = turn tasks sent again that found nothing to do",
     )
+
+
+def _notes(run: RunFigures) -> list[str]:
+    """The run's budget forecast, why it stopped, and its cache-share alarm."""
+    notes = []
+    if run.forecast is not None and run.forecast.budget_usd is not None:
+        notes.append(f"run {run.run_id} forecast: {run.forecast.describe()}")
+    if run.stop_reason:
+        notes.append(f"run {run.run_id} stopped: {run.stop_reason}")
+    if run.cache_alarm is not None:
+        notes.append(f"run {run.run_id} CACHE ALARM: {run.cache_alarm.describe()}")
+    return notes
 
 
 def _table(

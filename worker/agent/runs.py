@@ -95,6 +95,14 @@ class RunConfig(BaseModel):
     record: bool = False
     """Record every artifact the run verifies in a browser as a video, kept with its
     verdict."""
+    cache_warm: Literal["on", "off"] = "on"
+    """Cache-warm dispatch: a wave that starts on a prefix the model has not cached lately
+    sends one first turn, and the rest once it completes (``worker.store.warmup``)."""
+    forecast: Literal["on", "off"] = "on"
+    """With a budget, stop the run before a wave whose sessions the budget forecast says
+    cannot all be paid (``worker.store.forecast``)."""
+    cache_warm_cap_s: float = Field(default=8.0, ge=0)
+    """Longest wait of a wave's other first turns for the warming one."""
 
     @field_validator("sim_mix")
     @classmethod

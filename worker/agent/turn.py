@@ -42,7 +42,7 @@ from worker.errors import (
 from worker.fleet.runtime import Runtime, TurnObserver
 from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn, TokenUsage
 from worker.states import Outcome, RunStatus
-from worker.store import lifecycle, sessions
+from worker.store import cache_alarm, lifecycle, sessions, warmup
 
 logger = logging.getLogger(__name__)
 
@@ -322,6 +322,14 @@ def _commit(
             conn, claim=claim, now=rt.clock(), handoff_version_id=ctx.handed_off
         )
         assert committed, "the lease was checked under a row lock in this transaction"
+        # A first turn warmed the cache: its wave's held first turns may go now.
+        released = (
+            warmup.release_wave(conn, session_id=claim.session_id, now=now)
+            if claim.turn_no == 0
+            else []
+        )
+    with rt.engine.begin() as conn:
+        cache_alarm.after_turn(conn, run_id=view.run_id, now=now)
     if rt.observer is not None:
         _observe(rt.observer, view.model, timing, usage, cost_usd)
     if loop is not None:
@@ -331,7 +339,7 @@ def _commit(
         if ctx.handed_off is not None
         else lifecycle.Dispatch(claim.session_id, "turn", claim.turn_no + 1)
     )
-    rt.send_all([nxt])
+    rt.send_all([nxt, *(lifecycle.Dispatch(s, "turn", 0) for s in released)])
     return TurnOutcome.committed
 
 

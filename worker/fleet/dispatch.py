@@ -36,7 +36,8 @@ class CeleryDispatcher:
         self.app = app
 
     def send(self, item: Dispatch, *, delay_s: float = 0.0) -> None:
-        """Send one task."""
+        """Send one task, ``delay_s`` or the item's own delay from now (the longer)."""
+        delay_s = max(delay_s, item.delay_s)
         countdown = delay_s if delay_s > 0 else None
         if item.kind == "turn":
             self.app.send_task(

@@ -36,7 +36,7 @@ def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
         InputError: the run has already finished.
     """
     status = _status(conn, run_id)
-    if status == RunStatus.finished.value:
+    if status in (RunStatus.finished.value, RunStatus.stopped.value):
         raise InputError(f"run {run_id} has already finished")
     lifecycle.cancel_run(conn, run_id=run_id, reason="cancelled by a user")
     rows = conn.execute(
@@ -99,7 +99,7 @@ def resume_run(conn: Connection, *, run_id: int, now: datetime) -> list[lifecycl
         RunNotFound: no such run.
         InputError: the run has already finished.
     """
-    if _status(conn, run_id) == RunStatus.finished.value:
+    if _status(conn, run_id) in (RunStatus.finished.value, RunStatus.stopped.value):
         raise InputError(f"run {run_id} has already finished; nothing to resume")
     dispatches = lifecycle.reopen_run(conn, run_id=run_id, now=now)
     return dispatches + lifecycle.take_outbox(conn, now=now, run_id=run_id)

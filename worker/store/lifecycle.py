@@ -6,6 +6,7 @@ transaction, so a turn's effects commit or vanish together.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,7 +18,11 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from worker.states import TERMINAL, Outcome, RunStatus, SessionStatus, WaveStatus
 from worker.store.engine import notify_run
+from worker.store.forecast import forecast
 from worker.store.tables import ladders, outbox, runs, sessions, waves
+from worker.store.warmup import hold_wave
+
+logger = logging.getLogger(__name__)
 
 #: Session states in which a session still holds its wave open.
 ACTIVE = tuple(s.value for s in SessionStatus if s not in TERMINAL)
@@ -46,6 +51,8 @@ class Dispatch:
     session_id: int
     kind: str
     number: int
+    delay_s: float = 0.0
+    """Send it this many seconds from now (a first turn held back to warm the cache)."""
 
 
 def claim_turn(
@@ -365,7 +372,13 @@ def _any_active(conn: Connection, run_id: int) -> bool:
 
 
 def start_wave(conn: Connection, *, run_id: int, index: int, now: datetime) -> list[Dispatch]:
-    """Start wave ``index`` of a run once; returns the first turns to dispatch."""
+    """Start wave ``index`` of a run once; returns the first turns to dispatch.
+
+    With a budget, a wave after the first starts only if the run's forecast says its
+    sessions can be paid; otherwise the run stops there (:func:`stop_by_forecast`).
+    """
+    if index > 1 and stop_by_forecast(conn, run_id=run_id, now=now):
+        return []
     wave = conn.execute(
         update(waves)
         .where(
@@ -390,7 +403,59 @@ def start_wave(conn: Connection, *, run_id: int, index: int, now: datetime) -> l
         .returning(sessions.c.id, sessions.c.next_turn)
     ).all()
     notify_run(conn, run_id)
-    return [Dispatch(r.id, "turn", r.next_turn) for r in sorted(started)]
+    started = sorted(started)
+    delay_s = hold_wave(conn, run_id=run_id, session_ids=[r.id for r in started], now=now)
+    return [
+        Dispatch(r.id, "turn", r.next_turn, delay_s if i else 0.0) for i, r in enumerate(started)
+    ]
+
+
+def stop_by_forecast(conn: Connection, *, run_id: int, now: datetime) -> bool:
+    """Stop a running run whose budget forecast's upper bound passes its budget.
+
+    Its sessions that have not started end ``stopped`` (outcome ``forecast``), their waves
+    close, and the run ends ``stopped`` with the forecast as its reason. Returns True when
+    it stopped the run.
+    """
+    run = conn.execute(
+        select(runs.c.status, runs.c.budget_usd, runs.c.config)
+        .where(runs.c.id == run_id)
+        .with_for_update()
+    ).one()
+    if (
+        run.budget_usd is None
+        or run.status != RunStatus.running.value
+        or run.config.get("forecast", "on") != "on"
+    ):
+        return False
+    projected = forecast(conn, run_id=run_id)
+    if projected is None or not projected.over_budget:
+        return False
+    reason = f"forecast: {projected.describe()}"
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.run_id == run_id, sessions.c.status == SessionStatus.pending.value)
+        .values(
+            status=Outcome.forecast.status.value,
+            outcome=Outcome.forecast.value,
+            error=reason,
+            finished_at=now,
+        )
+    )
+    conn.execute(
+        update(waves)
+        .where(waves.c.run_id == run_id, waves.c.status == WaveStatus.pending.value)
+        .values(status=WaveStatus.finished.value, done_count=waves.c.size, finished_at=now)
+    )
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id)
+        .values(status=RunStatus.stopped.value, stop_reason=reason, finished_at=now)
+    )
+    logger.warning("run %s stopped before its next wave: %s", run_id, reason)
+    _next_in_ladder(conn, run_id=run_id, now=now)
+    notify_run(conn, run_id)
+    return True
 
 
 def take_outbox(
