@@ -1,7 +1,7 @@
 """a run may be a fork: the session it came from, and the turn it went live at
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0007
 Create Date: 2026-12-01 02:50:00.000000
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0008"
-down_revision: str | None = "0005"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
