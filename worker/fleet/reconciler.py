@@ -11,10 +11,10 @@ floods the queue with duplicates that are consumed only to be skipped. So, when 
 the broker (:mod:`worker.fleet.broker`), the reconciler sends again only what the broker
 does not hold: a message still queued is waiting, one a worker reserved is about to run
 (unless a worker of the fleet fell silent and it was reserved longer than
-``redispatch_after_s`` ago: it may be the dead worker's). A
-message the broker does not hold on two passes in a row is lost (a restarted Redis loses
-them all), and is sent again within two passes, not after ``redispatch_after_s``. Without
-a readable broker, the delays alone decide, as before. Sending twice stays harmless: a
+``redispatch_after_s`` ago: it may be the dead worker's). A message the broker does not
+hold on two passes in a row, once half of ``redispatch_after_s`` (at most 15 s) has
+passed since its dispatch, is lost (a restarted Redis loses them all) and is sent again at
+once. Without a readable broker, the delays alone decide, as before. Sending twice stays harmless: a
 turn or a verification claims a lease, and only its holder commits.
 """
 
@@ -57,8 +57,9 @@ class Reconciler:
         settings = rt.settings
         stale = now - timedelta(seconds=settings.redispatch_after_s)
         stale_verify = now - timedelta(seconds=settings.verify_redispatch_after_s)
-        # Messages are sent right after their commit: younger than a pass, none is missed.
-        recent = now - timedelta(seconds=min(settings.reconcile_interval_s, 5.0))
+        # A message is sent right after its commit, but a wave's first turns go out one
+        # after the other, which takes a busy sender a while: none younger is missed.
+        recent = now - timedelta(seconds=min(settings.redispatch_after_s / 2, 15.0))
         with rt.engine.begin() as conn:
             dispatches = lifecycle.take_outbox(conn, now=now, older_than=stale)
             dispatches += lifecycle.claim_lapsed(conn, now=now)
@@ -67,6 +68,7 @@ class Reconciler:
         lost = [u for u in waiting if self._lost(u, view, stale, stale_verify)]
         if view is not None:
             held = view.queued | view.reserved.keys()
+            # Missed on two passes in a row, a message is lost (see _lost).
             self.missing = {u.task_id for u in waiting if u.task_id not in held}
         if lost:
             with rt.engine.begin() as conn:
@@ -101,7 +103,10 @@ class Reconciler:
             if u.dispatched_at is not None:
                 reserved_at = max(reserved_at, u.dispatched_at.timestamp())
             return view.silent_workers > 0 and reserved_at < time.time() - window_s
-        return u.task_id in self.missing or overdue
+        # Not even an overdue message is lost on one look: between the queue and the
+        # unacknowledged hash it is in a worker's hands (a busy one can take seconds), and
+        # then in neither.
+        return u.task_id in self.missing
 
 
 def reconcile_once(rt: Runtime) -> int:
