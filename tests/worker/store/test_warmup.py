@@ -9,7 +9,7 @@ from sqlalchemy import Engine, select
 
 from tests.factories import add_usage, make_run
 from worker.store.engine import utcnow
-from worker.store.lifecycle import Dispatch, claim_overdue, take_outbox
+from worker.store.lifecycle import Dispatch, redispatch, take_outbox, unclaimed
 from worker.store.tables import sessions
 from worker.store.warmup import release_wave
 
@@ -38,8 +38,8 @@ def test_a_cold_wave_sends_one_first_turn_and_holds_the_rest_until_it_completes(
     now = utcnow()
     with engine.begin() as conn:
         # and the reconciler leaves the held turns alone while they are not due
-        due = claim_overdue(conn, now=now, stale=now, stale_verify=now)
-        assert [d.session_id for d in due] == ids[:1]
+        due = unclaimed(conn, before=now)
+        assert [u.dispatch.session_id for u in due] == ids[:1]
     # When the warming turn commits, the held turns are released, once
     with engine.begin() as conn:
         assert release_wave(conn, session_id=ids[0], now=utcnow()) == ids[1:]
@@ -52,8 +52,8 @@ def test_held_turns_whose_worker_died_are_sent_by_the_reconciler(engine: Engine)
     later = utcnow() + timedelta(seconds=6 + 30 + 1)
     # When the reconciler passes after the cap and its re-dispatch delay
     with engine.begin() as conn:
-        due = claim_overdue(
-            conn, now=later, stale=later - timedelta(seconds=30), stale_verify=later
+        due = redispatch(
+            conn, items=unclaimed(conn, before=later - timedelta(seconds=30)), now=later
         )
     # Then it sends every first turn again
     assert [(d.session_id, d.number) for d in due] == [(i, 0) for i in ids]
