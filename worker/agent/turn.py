@@ -42,7 +42,7 @@ from worker.errors import (
 from worker.fleet.runtime import Runtime, TurnObserver
 from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn, TokenUsage
 from worker.states import Outcome, RunStatus
-from worker.store import cache_alarm, lifecycle, sessions, warmup
+from worker.store import lifecycle, sessions, warmup
 
 logger = logging.getLogger(__name__)
 
@@ -328,8 +328,6 @@ def _commit(
             if claim.turn_no == 0
             else []
         )
-    with rt.engine.begin() as conn:
-        cache_alarm.after_turn(conn, run_id=view.run_id, now=now)
     if rt.observer is not None:
         _observe(rt.observer, view.model, timing, usage, cost_usd)
     if loop is not None:

@@ -30,7 +30,7 @@ import psutil
 
 from worker.fleet.broker import BrokerProbe, BrokerView
 from worker.fleet.runtime import Runtime
-from worker.store import lifecycle
+from worker.store import cache_alarm, lifecycle
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,11 @@ class Reconciler:
             logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
         sent = rt.send_all(dispatches)
         rt.providers.release_ended_runs()
+        # A run that ended since the last few passes is looked at once more: its last
+        # turns came after the previous look.
+        ended_since = now - timedelta(seconds=max(4 * settings.reconcile_interval_s, 30.0))
+        with rt.engine.begin() as conn:
+            cache_alarm.watch(conn, now=now, ended_since=ended_since)
         return sent
 
     def _lost(

@@ -12,9 +12,11 @@ run's running share before them, something changed under the run: a prefix that 
 being byte-identical, a model behind the name that changed, a cache the provider dropped.
 The alarm names the first turn of that window below the threshold, where the fall started.
 
-The worker checks after every turn it commits, until the alarm rises; the one that sees it
-first logs it at WARNING (claimed by an outbox key, so once per run). ``status``,
-``--follow`` and the report read the same figure.
+Every worker's reconciler checks the runs still going (and those that ended in the last
+few passes) on each pass, not each turn: a run's check reads all its calls, which after
+every turn would cost a large run quadratic time. The first reconciler that sees the fall
+logs it at WARNING (claimed by an outbox key, so once per run). ``status``, ``--follow``
+and the report read the same figure.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from worker.store.tables import outbox, sessions, usage
+from worker.states import RunStatus
+from worker.store.tables import outbox, runs, sessions, usage
 
-__all__ = ["CacheAlarm", "UsageRow", "after_turn", "cache_alarm", "find_drop"]
+__all__ = ["CacheAlarm", "UsageRow", "cache_alarm", "check_run", "find_drop", "watch"]
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +163,23 @@ def cache_alarm(conn: Connection, *, run_id: int) -> CacheAlarm | None:
     return find_drop(_rows(conn, run_id))
 
 
-def after_turn(conn: Connection, *, run_id: int, now: datetime) -> CacheAlarm | None:
-    """Check a run after a turn committed; log the alarm at WARNING the first time it is seen.
+def watch(conn: Connection, *, now: datetime, ended_since: datetime) -> list[CacheAlarm]:
+    """Check every run still going or ended since ``ended_since`` whose alarm is not logged.
+
+    Returns the alarms this call logged.
+    """
+    logged = select(outbox.c.run_id).where(outbox.c.kind == ALARM)
+    run_ids = conn.execute(
+        select(runs.c.id).where(
+            (runs.c.status == RunStatus.running.value) | (runs.c.finished_at >= ended_since),
+            runs.c.id.not_in(logged),
+        )
+    ).scalars()
+    return [alarm for run_id in run_ids if (alarm := check_run(conn, run_id=run_id, now=now))]
+
+
+def check_run(conn: Connection, *, run_id: int, now: datetime) -> CacheAlarm | None:
+    """Check a run; log the alarm at WARNING the first time it is seen.
 
     Returns the alarm when this call logged it.
     """

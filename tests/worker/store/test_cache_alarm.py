@@ -13,8 +13,8 @@ from worker.store.cache_alarm import (
     MIN_HISTORY,
     WINDOW,
     UsageRow,
-    after_turn,
     cache_alarm,
+    check_run,
     find_drop,
 )
 from worker.store.engine import utcnow
@@ -76,7 +76,7 @@ def test_a_real_run_is_judged_on_what_it_sent_before_and_warned_once(
     _wave(engine, run_id, ids[:8], cold=False)
     with engine.begin() as conn:
         assert cache_alarm(conn, run_id=run_id) is None
-        assert after_turn(conn, run_id=run_id, now=utcnow()) is None
+        assert check_run(conn, run_id=run_id, now=utcnow()) is None
     # When the next 8 sessions' turns find nothing in the cache any more
     _wave(engine, run_id, ids[8:], cold=True)
     # Then the alarm names the first of them, and the first check logs it, once
@@ -84,7 +84,7 @@ def test_a_real_run_is_judged_on_what_it_sent_before_and_warned_once(
         alarm = cache_alarm(conn, run_id=run_id)
         assert alarm is not None and alarm.turn == 3 * 8 + 1, alarm
         with caplog.at_level(logging.WARNING, logger="worker.store.cache_alarm"):
-            assert after_turn(conn, run_id=run_id, now=utcnow()) == alarm
-            assert after_turn(conn, run_id=run_id, now=utcnow()) is None
+            assert check_run(conn, run_id=run_id, now=utcnow()) == alarm
+            assert check_run(conn, run_id=run_id, now=utcnow()) is None
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "starting at turn 25" in caplog.records[0].getMessage()
