@@ -295,6 +295,7 @@ def _shared_options() -> list[Callable[..., Any]]:
         click.option(
             "--record",
             is_flag=True,
+            default=_default("record"),
             help="Record every artifact verified in the browser as a 1080p60 video, "
             "stored with its verdict and played in the report's gallery.",
         ),

@@ -28,7 +28,14 @@ from tests.conftest import WorkerProcess
 from worker.settings import Settings
 from worker.store.tables import runs, sessions
 
-pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.services,
+    pytest.mark.slow,
+    pytest.mark.browser,
+    # Two 5x10 runs, each of 50 pages judged in the browser for 5.5 s.
+    pytest.mark.timeout(900),
+]
 
 #: Kills during the run, and the seconds between them.
 KILLS = 3
