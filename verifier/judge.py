@@ -370,8 +370,9 @@ def _canvas_changes(report: BrowserReport) -> Check:
     else:
         width, height = report.canvas_size
         detail = (
-            f"The largest canvas ({width}x{height}) showed exactly the same pixels throughout "
-            "the measurement; redraw it every frame with something that moves or changes."
+            "Every canvas showed exactly the same pixels throughout the measurement (the "
+            f"largest is {width}x{height}); redraw one every frame with something that moves "
+            "or changes."
         )
     return Check("canvas_changes", report.canvas_changed_late, report.canvas_changed_late, detail)
 

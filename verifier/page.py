@@ -38,10 +38,10 @@ WARMUP_S = 0.5
 JUDGED_S = 5.0
 #: The last seconds of the judged time, in which the page's own loop must still be running.
 LATE_WINDOW_S = 0.5
-#: The canvas must change between two hashes taken within this many last seconds (long
+#: Some canvas must change between two hashes taken within this many last seconds (long
 #: enough for a dashboard that redraws its figures once a second).
 LATE_CHANGE_S = 1.0
-#: Seconds between two hashes of the largest canvas.
+#: Seconds between two hashes of the page's canvases.
 HASH_EVERY_S = 0.5
 #: Longest wait for the artifact's ``load`` event.
 LOAD_TIMEOUT_S = 10.0
@@ -75,7 +75,7 @@ class BrowserReport:
         draw_calls: Calls to 2D drawing and path methods during the judged time.
         contexts_2d: ``getContext('2d')`` calls since the page started.
         canvas_size: Width and height of the largest canvas, or None without a canvas.
-        canvas_changed: Whether that canvas's pixels changed at all while judged.
+        canvas_changed: Whether any canvas's pixels changed at all while judged.
         late_window_s: Length of the late window, the end of the judged time.
         late_fps: Frames per second the page's own loop ran at in the late window.
         late_display_frames: Display frames the probe saw in the late window.
@@ -84,7 +84,7 @@ class BrowserReport:
             frame rates alike, not this share).
         last_frame_s: Seconds after load of the page's last rAF callback (None: never ran).
         change_span_s: The last seconds of the judged time in which the canvas must change.
-        canvas_changed_late: Whether the canvas changed between two hashes in that span.
+        canvas_changed_late: Whether any canvas changed between two hashes in that span.
         last_change_s: Seconds after load of the last canvas change seen (None: never).
         judged_until_s: Seconds after load at which the judged time ended.
         inputs_blocked: Trusted input events kept from the page.

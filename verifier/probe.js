@@ -16,6 +16,8 @@
                 cbMs: 0, lastTs: null };
   const log = { ctx2d: 0, opens: [], sockets: [], inputs: 0, listens: new Set() };
   const contexts = new WeakMap();
+  // Canvases narrower or lower than this many pixels are not watched for changes.
+  const MIN_CANVAS_SIDE = 16;
 
   // Input must not start or drive the page while it is judged: headless Chromium moves a
   // trusted pointer to (0,0) just after load, which would start a loop that waits for the
@@ -98,9 +100,7 @@
 
   // Hash the pixels through the page's own 2D context when it has one: asking for a
   // context ourselves would create one and could break a page that wants WebGL later.
-  const sample = () => {
-    const c = largestCanvas();
-    if (!c) return null;
+  const hashCanvas = (c) => {
     const ctx = contexts.get(c);
     try {
       if (!ctx) return toDataURL.call(c);
@@ -111,6 +111,16 @@
     } catch (e) {
       return "unreadable:" + String(e);
     }
+  };
+
+  // One key for every canvas big enough to show something: a dashboard is alive when any
+  // of its panels moves, as a person looking at it would see, not only its largest one.
+  const sample = () => {
+    const keys = [];
+    for (const c of qsa.call(document, "canvas")) {
+      if (c.width >= MIN_CANVAS_SIDE && c.height >= MIN_CANVAS_SIDE) keys.push(hashCanvas(c));
+    }
+    return keys.length ? keys.join("|") : null;
   };
 
   const probe = (ts) => {
@@ -129,9 +139,9 @@
 
   // Judge the page over its life: from the end of the warm-up to the end of the judged
   // time, count display frames (the probe's own rAF loop) and the frames the page's own
-  // callbacks ran in, and hash the largest canvas every `hashEveryMs`. The last `lateMs`
-  // of that time are the late window in which the loop must still be running, and the
-  // canvas must change between two hashes taken in the last `changeSpanMs`.
+  // callbacks ran in, and hash every canvas every `hashEveryMs`. The last `lateMs` of that
+  // time are the late window in which the loop must still be running, and some canvas
+  // must change between two hashes taken in the last `changeSpanMs`.
   const measure = async (warmupMs, judgedMs, lateMs, hashEveryMs, changeSpanMs) => {
     const loadTs = now();
     await sleep(warmupMs);

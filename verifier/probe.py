@@ -17,10 +17,10 @@ artifact cannot disturb the measurement by replacing them later:
 
 ``window.__swarmProbe.measure(warmupMs, judgedMs, lateMs, hashEveryMs, changeSpanMs)``
 waits out the warm-up, then runs its own rAF loop for ``judgedMs`` to count display frames,
-hashing the largest canvas every ``hashEveryMs``. It returns the counts over the whole judged
-time and over its last ``lateMs`` (the late window), when the page's loop last ran and its
-canvas last changed (milliseconds after load), and whether the canvas changed between two
-hashes in the last ``changeSpanMs``, as a plain object (see :data:`PROBE_JS`).
+hashing every canvas of at least 16x16 pixels every ``hashEveryMs``. It returns the counts
+over the whole judged time and over its last ``lateMs`` (the late window), when the page's
+loop last ran and a canvas last changed (milliseconds after load), and whether any canvas
+changed between two hashes in the last ``changeSpanMs``, as a plain object (see :data:`PROBE_JS`).
 
 The script itself is ``probe.js``, next to this module, so JavaScript tools can check it. Its
 ``__NAME__`` markers (``__GLOBAL__``, ``__DRAWS__``, ``__SOCKETS__``, ``__INPUTS__``; the

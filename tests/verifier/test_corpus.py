@@ -50,6 +50,8 @@ BROWSER_VERDICTS = {
     "eventsource.html": ["no_page_errors", "no_sockets"],
     "js_error.html": ["no_page_errors"],
     "static_canvas.html": NOT_ANIMATING,
+    # a large chart drawn once above a small sparkline that moves every frame: alive
+    "still_chart_live_sparkline.html": [],
     "blank.html": ["canvas_changes", "screenshot_not_blank"],
     "popup.html": ["no_popups"],
     "timer_raf.html": ["fps", "own_loop_share"],
