@@ -26,7 +26,7 @@ from tests.chaos.checker import check_run
 from tests.chaos.progress import turns_committed
 from tests.conftest import WorkerProcess
 from worker.settings import Settings
-from worker.store.tables import runs, sessions
+from worker.store.tables import runs, sessions, verifications
 
 pytestmark = [
     pytest.mark.chaos,
@@ -157,6 +157,31 @@ def _run(
     return run_id, wall_s, record, workers
 
 
+def _unsucceeded(engine: Engine, run_id: int) -> list[str]:
+    """Each session that did not succeed: its outcome, error and the checks it failed."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(sessions.c.id, sessions.c.status, sessions.c.outcome, sessions.c.error).where(
+                sessions.c.run_id == run_id, sessions.c.status != "succeeded"
+            )
+        ).all()
+        found = []
+        for row in rows:
+            checks = conn.execute(
+                select(verifications.c.round, verifications.c.checks)
+                .where(verifications.c.session_id == row.id)
+                .order_by(verifications.c.round)
+            ).all()
+            failed = [
+                f"r{v.round}:{c.get('name')}={c.get('detail', '')}"
+                for v in checks
+                for c in v.checks
+                if not c.get("passed", True)
+            ]
+            found.append(f"{row.id} {row.status}/{row.outcome} {row.error or ''} {failed}")
+    return found
+
+
 def test_killed_worker_with_default_settings_heals_in_seconds(
     settings: Settings,
     engine: Engine,
@@ -180,6 +205,7 @@ def test_killed_worker_with_default_settings_heals_in_seconds(
         wall_s=round(wall_s, 1),
         wall_without_kills_s=round(base_s, 1),
         wall_ratio=round(wall_s / base_s, 2),
+        unsucceeded=_unsucceeded(engine, run_id),
     )
     assert all(k.interrupted for k in kills), "every kill interrupted work in flight"
     assert None not in recoveries
