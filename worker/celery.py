@@ -148,6 +148,7 @@ def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:
         owner=app.runtime.owner,
         # A live worker beats every pass; a saturated one may miss a few.
         silence_s=max(6 * app.settings.reconcile_interval_s, 30.0),
+        beat_s=app.settings.reconcile_interval_s,
     )
 
 

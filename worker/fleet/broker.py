@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import psutil
 import redis
 
 logger = logging.getLogger(__name__)
@@ -45,6 +47,9 @@ class BrokerView:
     silent_workers: int = 0
     """Workers of the fleet that stopped reporting without signing off (presumed dead):
     the messages they reserved stay unacknowledged until kombu's visibility timeout."""
+    dead_by: float | None = None
+    """Epoch seconds by which the last of the silent workers had died (its last heartbeat
+    plus one beat): a message reserved later cannot be one of theirs. None: none is silent."""
 
 
 class BrokerProbe(Protocol):
@@ -72,7 +77,9 @@ class RedisBrokerProbe:
         prefix: The fleet's key prefix (``global_keyprefix``), or "".
         queues: The queues whose messages count.
         owner: This worker process (``host:pid``), for the fleet's heartbeats.
-        silence_s: A worker whose last heartbeat is older than this is presumed dead.
+        silence_s: A worker whose last heartbeat is older than this is presumed dead; one
+            of this host whose process is gone is dead at once.
+        beat_s: Seconds between two heartbeats of a live worker.
     """
 
     def __init__(
@@ -83,11 +90,14 @@ class RedisBrokerProbe:
         queues: Sequence[str],
         owner: str = "",
         silence_s: float = 30.0,
+        beat_s: float = 5.0,
     ) -> None:
         self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self.prefix = prefix
         self.owner = owner
         self.silence_s = silence_s
+        self.beat_s = beat_s
+        self.host = socket.gethostname()
         self.workers_key = f"{prefix}workers"
         self.lists = [
             f"{prefix}{q}{_PRIORITY_SEP}{p}" if p else f"{prefix}{q}"
@@ -114,7 +124,8 @@ class RedisBrokerProbe:
         for tag, payload in unacked.items():
             for task_id in _ids([payload]):
                 reserved[task_id] = delivered.get(tag, 0.0)
-        return BrokerView(queued, reserved, self._silent(beats))
+        silent, dead_by = self._silent(beats)
+        return BrokerView(queued, reserved, silent, dead_by)
 
     def heartbeat(self) -> None:
         """Record this worker's heartbeat in the fleet's hash of workers."""
@@ -130,23 +141,36 @@ class RedisBrokerProbe:
         except redis.RedisError:
             logger.warning("could not sign this worker off", exc_info=True)
 
-    def _silent(self, beats: dict[bytes, bytes]) -> int:
+    def _silent(self, beats: dict[bytes, bytes]) -> tuple[int, float | None]:
+        """How many workers are presumed dead, and by when the last of them had died."""
         # A worker silent for longer than kombu's visibility timeout has had its messages
         # handed back: it is forgotten.
         now = time.time()
-        silent, forgotten = 0, []
-        for owner, at in beats.items():
-            if owner.decode() == self.owner:
+        silent, last_beat, forgotten = 0, None, []
+        for key, at in beats.items():
+            owner = key.decode()
+            if owner == self.owner:
                 # A saturated worker can be slow to beat, but is never dead to itself.
                 continue
-            age_s = now - float(at)
+            beat_at = float(at)
+            age_s = now - beat_at
             if age_s > FORGET_AFTER_S:
-                forgotten.append(owner)
-            elif age_s > self.silence_s:
+                forgotten.append(key)
+            elif age_s > self.silence_s or self._gone(owner):
                 silent += 1
+                last_beat = beat_at if last_beat is None else max(last_beat, beat_at)
         if forgotten:
             self.client.hdel(self.workers_key, *forgotten)
-        return silent
+        return silent, None if last_beat is None else last_beat + self.beat_s
+
+    def _gone(self, owner: str) -> bool:
+        """Whether ``owner`` (``host:pid``) is a process of this host that no longer runs.
+
+        A worker killed here is known dead at once, not after ``silence_s``. A pid reused
+        since is taken for alive: that worker falls silent instead.
+        """
+        host, _, pid = owner.rpartition(":")
+        return host == self.host and pid.isdigit() and not psutil.pid_exists(int(pid))
 
     def close(self) -> None:
         """Close the connections."""

@@ -10,8 +10,9 @@ fleet turns wait in the queue for longer than any fixed delay, and sending them 
 floods the queue with duplicates that are consumed only to be skipped. So, when it can read
 the broker (:mod:`worker.fleet.broker`), the reconciler sends again only what the broker
 does not hold: a message still queued is waiting, one a worker reserved is about to run
-(unless a worker of the fleet fell silent and it was reserved longer than
-``redispatch_after_s`` ago: it may be the dead worker's). A message the broker does not
+(unless a worker of the fleet died, silent for long or, on this host, its process gone:
+one reserved before it died, or longer than ``redispatch_after_s`` ago, may be the dead
+worker's). A message the broker does not
 hold on two passes in a row, once half of ``redispatch_after_s`` (at most 15 s) has
 passed since its dispatch, is lost (a restarted Redis loses them all) and is sent again at
 once. Without a readable broker, the delays alone decide, as before. Sending twice stays harmless: a
@@ -21,6 +22,7 @@ turn or a verification claims a lease, and only its holder commits.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -48,6 +50,7 @@ class Reconciler:
         self.probe = probe
         self.missing: set[str] = set()
         """Task ids due and not on the broker at the previous pass."""
+        self.host = socket.gethostname()
 
     def run_once(self) -> int:
         """One pass; returns how many tasks were sent."""
@@ -62,7 +65,8 @@ class Reconciler:
         recent = now - timedelta(seconds=min(settings.redispatch_after_s / 2, 15.0))
         with rt.engine.begin() as conn:
             dispatches = lifecycle.take_outbox(conn, now=now, older_than=stale)
-            dispatches += lifecycle.claim_lapsed(conn, now=now)
+            dead = dead_owners(lifecycle.lease_owners(conn, now=now), host=self.host)
+            dispatches += lifecycle.claim_lapsed(conn, now=now, dead_owners=dead)
             waiting = lifecycle.unclaimed(conn, before=recent if self.probe else stale)
         view = self.probe.view() if self.probe is not None and waiting else None
         lost = [u for u in waiting if self._lost(u, view, stale, stale_verify)]
@@ -102,12 +106,15 @@ class Reconciler:
         if reserved_at is not None:
             # Reserved by a live worker, it runs as soon as that worker gets to it (a
             # saturated one can take long). Only when a worker fell silent may a message
-            # reserved long ago be its, and kombu would hand it back only after its
-            # visibility timeout.
+            # reserved before it died be its, and kombu would hand it back only after its
+            # visibility timeout. Sent again, one a live worker holds is skipped once.
+            if not view.silent_workers:
+                return False
             window_s = (self.rt.clock() - since).total_seconds()
             if u.dispatched_at is not None:
                 reserved_at = max(reserved_at, u.dispatched_at.timestamp())
-            return view.silent_workers > 0 and reserved_at < time.time() - window_s
+            died_since = view.dead_by is not None and reserved_at <= view.dead_by
+            return died_since or reserved_at < time.time() - window_s
         # Not even an overdue message is lost on one look: between the queue and the
         # unacknowledged hash it is in a worker's hands (a busy one can take seconds), and
         # then in neither.

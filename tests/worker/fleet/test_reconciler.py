@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, cast
 
+import psutil
 import pytest
 import redis
 from sqlalchemy import Engine, func, select, update
@@ -147,3 +151,67 @@ def test_a_saturated_worker_gets_no_duplicate_turn_tasks(
     assert dup == 0
     # ...though turns waited in the queue for longer than redispatch_after_s
     assert longest > 2_000
+
+
+def _dead_pid() -> int:
+    """The pid of a process of this host that has exited."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    pid = int(done.stdout)
+    assert not psutil.pid_exists(pid)
+    return pid
+
+
+def test_a_session_leased_by_a_dead_process_of_this_host_is_taken_over_at_once(
+    runtime: Runtime,
+) -> None:
+    # Given a running session whose lease, good for another minute, is held by a worker
+    # process of this host that no longer runs (SIGKILLed)
+    _, (sid,) = make_run(runtime.engine)
+    dead = f"{socket.gethostname()}:{_dead_pid()}"
+    with runtime.engine.begin() as conn:
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.id == sid)
+            .values(lease_owner=dead, lease_expires_at=runtime.clock() + timedelta(minutes=1))
+        )
+    # When the reconciler makes one pass
+    assert Reconciler(runtime).run_once() == 1
+    # Then the session's turn is sent again, without waiting for the lease to lapse
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+    with runtime.engine.connect() as conn:
+        owner = conn.execute(select(sessions.c.lease_owner).where(sessions.c.id == sid))
+        assert owner.scalar_one() is None
+
+
+def test_a_turn_reserved_by_a_dead_process_of_this_host_is_sent_again_at_once(
+    runtime: Runtime, app: Any, probe: RedisBrokerProbe
+) -> None:
+    # Given a turn reserved just now (unacknowledged, never run), dispatched longer ago
+    # than a sender may take to put a message on the broker, not redispatch_after_s ago
+    _, (sid,) = make_run(runtime.engine)
+    CeleryDispatcher(app).send(Dispatch(sid, "turn", 0))
+    _dispatched_ago(runtime, sid, 0.7 * runtime.settings.redispatch_after_s)
+    with app.connection_for_read() as conn:
+        queue = conn.SimpleQueue(SESSIONS_QUEUE)
+        message = queue.get(timeout=10)
+        reconciler = Reconciler(runtime, probe)
+        # When only live workers beat, Then it waits for the one holding it
+        assert reconciler.run_once() + reconciler.run_once() == 0
+        # When a worker of this host that beat a moment ago is found to be gone (killed)
+        dead = f"{socket.gethostname()}:{_dead_pid()}"
+        probe.client.hset(probe.workers_key, dead, str(time.time()))
+        view = probe.view() or pytest.fail("no view")
+        assert view.silent_workers == 1
+        reserved_s = time.time() - view.reserved[f"turn:{sid}:0"]
+        assert reserved_s < 0.5 * runtime.settings.redispatch_after_s, "not by the old delay"
+        # Then the turn may be its, and is sent again on the next pass, once
+        assert reconciler.run_once() == 1
+        assert reconciler.run_once() == 0
+        message.ack()
+        queue.close()
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
