@@ -16,6 +16,7 @@ from typing import Any
 
 from celery import Celery, bootsteps, current_app, shared_task, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
+from pydantic import ValidationError
 
 from worker.agent.turn import run_turn
 from worker.errors import TransientError
@@ -24,7 +25,7 @@ from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
 from worker.fleet.reconciler import ReconcilerThread
 from worker.fleet.runtime import Runtime
-from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE, Settings
+from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE, Settings, describe_invalid
 from worker.store.engine import make_engine
 from worker.store.fleet import fleet_id
 from worker.store.roles import can_reconcile
@@ -81,8 +82,15 @@ class SwarmCelery(Celery):  # type: ignore[misc]
 
     @cached_property
     def settings(self) -> Settings:
-        """The settings given to the factory, or those of the environment."""
-        return self._given_settings or Settings()
+        """The settings given to the factory, or those of the environment.
+
+        Raises:
+            SystemExit: the environment's settings do not validate (one line, no traceback).
+        """
+        try:
+            return self._given_settings or Settings()
+        except ValidationError as exc:
+            raise SystemExit(f"error: {describe_invalid(exc)}") from None
 
     @cached_property
     def fleet(self) -> str | None:

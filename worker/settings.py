@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -235,3 +242,13 @@ class Settings(BaseSettings):
     def is_sqlite(self) -> bool:
         """True when the database is a SQLite file."""
         return self.database_url.startswith("sqlite")
+
+
+def describe_invalid(exc: ValidationError, *, option: str | None = None) -> str:
+    """One line for settings that do not validate, naming the variables (or ``option``)."""
+    problems = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        names = [option] if option else [f"SWARM_{str(p).upper()}" for p in error["loc"]]
+        problems.append(f"{'.'.join(names)}: {message}" if names else message)
+    return "; ".join(problems)

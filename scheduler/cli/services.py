@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
 from worker.fleet.dispatch import Dispatcher
-from worker.settings import Settings
+from worker.settings import Settings, describe_invalid
 from worker.store.lifecycle import Dispatch
 
 if TYPE_CHECKING:
@@ -80,12 +80,7 @@ def safe_url(url: str) -> str:
 
 def settings_error(exc: ValidationError, *, option: str | None = None) -> OperatorError:
     """One line for settings that do not validate, naming the variables (or ``option``)."""
-    problems = []
-    for error in exc.errors():
-        message = str(error["msg"]).removeprefix("Value error, ")
-        names = [option] if option else [f"SWARM_{str(p).upper()}" for p in error["loc"]]
-        problems.append(f"{'.'.join(names)}: {message}" if names else message)
-    return OperatorError("; ".join(problems))
+    return OperatorError(describe_invalid(exc, option=option))
 
 
 def database_error(exc: sqlalchemy.exc.OperationalError, database_url: str) -> OperatorError:
