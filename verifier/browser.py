@@ -16,15 +16,11 @@ import concurrent.futures
 import contextlib
 import logging
 import os
-import shutil
-import subprocess
 import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
 
 import psutil
 from playwright.async_api import Browser as PlaywrightBrowser
@@ -32,39 +28,14 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Playwright, async_playwright
 from pyvirtualdisplay.display import Display
 
+from verifier.chromium import DisplayMode, default_executable, launch_options, resolve_sandbox
 from verifier.page import JUDGED_S, WARMUP_S, BrowserReport, measure_page
 from worker.errors import BrowserUnavailable
 
-__all__ = [
-    "Browser",
-    "BrowserReport",
-    "BrowserUnavailable",
-    "DisplayMode",
-    "SandboxSupport",
-    "default_executable",
-    "launch_options",
-    "resolve_sandbox",
-    "sandbox_support",
-]
+__all__ = ["Browser", "BrowserReport", "BrowserUnavailable", "DisplayMode"]
 
 logger = logging.getLogger(__name__)
 
-#: Debian's Chromium; Playwright's own download is not available in the image.
-DEFAULT_CHROMIUM_PATH = "/usr/bin/chromium"
-#: Debian's headless build of the same Chromium (package ``chromium-headless-shell``). It
-#: renders a page's frames for about 40% less CPU than the full browser in headless mode,
-#: so headless measurements use it when it is installed; headed rendering needs the full one.
-HEADLESS_SHELL_PATH = "/usr/bin/chromium-headless-shell"
-#: Switches that keep Chromium quiet and cut it off from the network (dead DNS).
-CHROMIUM_ARGS = (
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-)
 #: Size of the virtual screen for ``display="xvfb"``.
 DISPLAY_SIZE = (1280, 800)
 #: Longest wait for Chromium to start.
@@ -73,102 +44,6 @@ LAUNCH_TIMEOUT_S = 30.0
 STUCK_SLACK_S = 40.0
 #: Longest wait for the browser, Playwright and the display to shut down.
 SHUTDOWN_TIMEOUT_S = 30.0
-
-#: Switch that turns Chromium's sandbox off; only where it cannot run (see
-#: :func:`sandbox_support`).
-NO_SANDBOX = "--no-sandbox"
-#: util-linux's ``unshare``, present on every Debian system: asked to make a user namespace,
-#: it answers whether this user may (Chromium's sandbox needs one). A child process, because
-#: a multi-threaded process cannot enter a new user namespace and one would stick to it.
-UNSHARE = "unshare"
-#: Kernel switches that can forbid unprivileged user namespaces, named in the warning.
-_USERNS_SYSCTLS = (
-    "/proc/sys/kernel/unprivileged_userns_clone",
-    "/proc/sys/user/max_user_namespaces",
-    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
-)
-
-DisplayMode = Literal["headless", "xvfb"]
-
-
-@dataclass(frozen=True)
-class SandboxSupport:
-    """Whether Chromium's sandbox can run for this process, and why not."""
-
-    available: bool
-    reason: str = ""
-    """Why the sandbox cannot run; empty when it can."""
-
-
-def sandbox_support() -> SandboxSupport:
-    """Whether Chromium can sandbox its renderers when started by this process.
-
-    Debian's Chromium ships no setuid ``chrome-sandbox``: its sandbox is built from
-    unprivileged user namespaces (plus PID and network namespaces and seccomp-bpf). It
-    refuses to sandbox itself as root, and a kernel, an AppArmor policy or a container's
-    seccomp profile (Docker's default one) may refuse user namespaces to everyone else.
-
-    Returns:
-        ``available`` with no reason, or not available with the reason.
-    """
-    if os.geteuid() == 0:
-        return SandboxSupport(False, "running as root, where Chromium refuses its sandbox")
-    unshare = shutil.which(UNSHARE)
-    if unshare is None:
-        return SandboxSupport(False, f"cannot test for user namespaces: no {UNSHARE} command")
-    try:
-        probe = subprocess.run(
-            [unshare, "--user", "true"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return SandboxSupport(False, f"could not test for user namespaces: {exc}")
-    if probe.returncode == 0:
-        return SandboxSupport(True)
-    switches = []
-    for path in _USERNS_SYSCTLS:
-        with contextlib.suppress(OSError):
-            value = Path(path).read_text(encoding="utf-8").strip()
-            switches.append(f"{path.removeprefix('/proc/sys/').replace('/', '.')}={value}")
-    error = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "refused"
-    return SandboxSupport(
-        False,
-        f"the kernel refuses this user a user namespace ({error}"
-        + (f"; {', '.join(switches)}" if switches else "")
-        + ")",
-    )
-
-
-def default_executable(display: DisplayMode) -> str:
-    """The Chromium binary for ``display``: the headless shell if installed, else Chromium."""
-    if display == "headless" and os.path.exists(HEADLESS_SHELL_PATH):
-        return HEADLESS_SHELL_PATH
-    return DEFAULT_CHROMIUM_PATH
-
-
-def resolve_sandbox(sandbox: bool | None) -> bool:
-    """``sandbox`` as asked, or (None) whether it can run here, warning when it cannot."""
-    if sandbox is not None:
-        return sandbox
-    support = sandbox_support()
-    if not support.available:
-        logger.warning(
-            "Chromium renders untrusted pages WITHOUT its sandbox (--no-sandbox): %s",
-            support.reason,
-        )
-    return support.available
-
-
-def launch_options(sandboxed: bool, *args: str) -> dict[str, Any]:
-    """Playwright launch options for Chromium: its quiet, offline switches, the sandbox
-    (Playwright adds ``--no-sandbox`` itself unless told to sandbox) and ``args``."""
-    return {
-        "chromium_sandbox": sandboxed,
-        "args": [*CHROMIUM_ARGS, *(() if sandboxed else (NO_SANDBOX,)), *args],
-    }
 
 
 @dataclass(frozen=True)
@@ -201,7 +76,8 @@ class Browser:
             pages near 60 fps; two per core judge about 70% more pages per minute, with
             every page at about 40 fps (``ops/bench/verify_throughput``).
         sandbox: Whether Chromium sandboxes its renderers; None (the default) sandboxes
-            wherever :func:`sandbox_support` says it can run and warns where it cannot.
+            wherever :func:`~verifier.chromium.sandbox_support` says it can run and warns
+            where it cannot.
             Every artifact is untrusted model output: only a machine that cannot sandbox
             should render without it.
     """

@@ -25,7 +25,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Route, async_playwright
 from pyvirtualdisplay.display import Display
 
-from verifier.browser import DEFAULT_CHROMIUM_PATH, launch_options, resolve_sandbox
+from verifier.chromium import DEFAULT_CHROMIUM_PATH, launch_options, resolve_sandbox
 from verifier.page import ARTIFACT_URL
 from worker.errors import BrowserUnavailable
 from worker.settings import Settings

@@ -9,7 +9,7 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
 
-from verifier.browser import sandbox_support
+from verifier.chromium import resolve_sandbox
 from verifier.verify import close_browser, shared_browser, verify_handoff
 from worker.errors import BrowserUnavailable
 from worker.fleet.dispatch import VERIFY_TASK
@@ -79,14 +79,10 @@ def _say_how_pages_render(sender: Any = None, **_: Any) -> None:
         return
     if sender.app.settings.verifier == "static":
         return
-    support = sandbox_support()
-    if support.available:
+    # The warning, where Chromium cannot sandbox, is logged once, here rather than with
+    # the first page.
+    if resolve_sandbox(None):
         logger.info("Chromium renders artifacts in its sandbox")
-    else:
-        logger.warning(
-            "Chromium will render untrusted pages WITHOUT its sandbox (--no-sandbox): %s",
-            support.reason,
-        )
 
 
 @worker_shutdown.connect  # type: ignore[untyped-decorator]

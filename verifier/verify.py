@@ -7,14 +7,17 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from verifier.browser import Browser, default_executable
+from verifier.chromium import default_executable
 from verifier.judge import judge
-from verifier.record import video_of
 from worker.agent.verdicts import VerdictIn, claim_handoff, record_verdict, release_handoff
 from worker.errors import BrowserUnavailable, ConfigError
 from worker.fleet.runtime import Runtime
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from verifier.browser import Browser
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +61,10 @@ def shared_browser(settings: Settings) -> Browser | None:
                 _warned_static = True
             return None
         if _browser is None:
+            # Playwright and pyvirtualdisplay load with the first browser: a worker that
+            # judges statically, or only runs sessions, never imports them.
+            from verifier.browser import Browser
+
             _browser = Browser(
                 executable_path=chromium,
                 display=settings.display,
@@ -109,12 +116,13 @@ def verify_handoff(
         except BrowserUnavailable:
             release_handoff(rt, handoff, retry_in_s=0)
             raise
-        # Recorded in a headed browser of its own: the judging browser may be headless.
-        video = (
-            None
-            if browser is None
-            else video_of(handoff.content, settings=rt.settings, run_asks=handoff.record)
-        )
+        video = None
+        if browser is not None:
+            # Recorded in a headed browser of its own: the judging browser may be headless.
+            # Imported here, as Browser above: the recorder needs Playwright too.
+            from verifier.record import video_of
+
+            video = video_of(handoff.content, settings=rt.settings, run_asks=handoff.record)
     return record_verdict(
         rt,
         handoff,

@@ -38,7 +38,8 @@ from typing import Any, get_args
 import click
 import psutil
 
-from verifier.browser import Browser, BrowserUnavailable, DisplayMode, default_executable
+from verifier.browser import Browser, BrowserUnavailable, DisplayMode
+from verifier.chromium import default_executable
 from verifier.judge import Verdict, judge
 from verifier.tasks import MAX_STARVED_RETRIES
 from worker.errors import RendererStarved

@@ -24,7 +24,7 @@ from scheduler.report.figures import run_figures
 from scheduler.report.ladder_figures import Target
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue, make_run
-from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
+from verifier.chromium import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
 from verifier.png import png_is_blank
 from worker.errors import InputError
 from worker.models.pricing import PriceTable

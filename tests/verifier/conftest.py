@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from verifier.browser import DEFAULT_CHROMIUM_PATH, Browser
+from verifier.browser import Browser
+from verifier.chromium import DEFAULT_CHROMIUM_PATH
 
 PAGES = Path(__file__).parent / "pages"
 #: Frame rate the tests ask of a page. The machine running them may be busy with other work,

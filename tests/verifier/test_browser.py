@@ -16,15 +16,9 @@ from typing import Any
 import psutil
 import pytest
 
-import verifier.browser
-from verifier.browser import (
-    DEFAULT_CHROMIUM_PATH,
-    HEADLESS_SHELL_PATH,
-    Browser,
-    BrowserUnavailable,
-    default_executable,
-    find_root,
-)
+import verifier.chromium
+from verifier.browser import Browser, BrowserUnavailable, find_root
+from verifier.chromium import DEFAULT_CHROMIUM_PATH, HEADLESS_SHELL_PATH, default_executable
 from verifier.judge import Verdict, judge
 from verifier.page import JUDGED_S, WARMUP_S, measure_page
 
@@ -340,7 +334,7 @@ def test_default_executable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_executable("headless") == (
         HEADLESS_SHELL_PATH if installed else DEFAULT_CHROMIUM_PATH
     )
-    monkeypatch.setattr(verifier.browser, "HEADLESS_SHELL_PATH", "/nonexistent/shell")
+    monkeypatch.setattr(verifier.chromium, "HEADLESS_SHELL_PATH", "/nonexistent/shell")
     assert default_executable("headless") == DEFAULT_CHROMIUM_PATH
 
 

@@ -16,9 +16,11 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
+import verifier.chromium
 from tests.conftest import WorkerProcess
 from tests.verifier.test_browser import on_loaded
-from verifier.browser import Browser, sandbox_support
+from verifier.browser import Browser
+from verifier.chromium import resolve_sandbox, sandbox_support
 from verifier.cli import cli
 from verifier.judge import judge
 
@@ -128,12 +130,15 @@ def test_sandbox_is_on_when_the_worker_is_not_root(page_html: Callable[[str], st
 
 @pytest.mark.browser
 def test_root_falls_back_to_no_sandbox_with_a_warning(
-    page_html: Callable[[str], str], caplog: pytest.LogCaptureFixture
+    page_html: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("only root is refused the sandbox on a kernel that allows it")
-    # Given a verifier running as root
-    with caplog.at_level(logging.WARNING, logger="verifier.browser"):
+    # Given a verifier running as root, that has not warned yet
+    monkeypatch.setattr(verifier.chromium, "_warned", False)
+    with caplog.at_level(logging.WARNING, logger="verifier.chromium"):
         # When it starts its browser and judges a page
         seen = _judge_as_this_user(page_html("good.html"))
     # Then it warned at start-up, rendered without the sandbox, and says so
@@ -142,6 +147,22 @@ def test_root_falls_back_to_no_sandbox_with_a_warning(
     assert seen["sandboxed"] is False
     assert seen["verdict"]["sandbox"] is False
     assert all(r["seccomp"] == 0 for r in seen["renderers"])
+
+
+def test_the_no_sandbox_warning_is_logged_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if sandbox_support().available:
+        pytest.skip("Chromium can sandbox here: there is nothing to warn of")
+    # Given a process that has not warned yet
+    monkeypatch.setattr(verifier.chromium, "_warned", False)
+    with caplog.at_level(logging.WARNING, logger="verifier.chromium"):
+        # When its worker start-up, its browser and a recording each ask for the sandbox
+        asked = [resolve_sandbox(None) for _ in range(3)]
+    # Then each is told no, and the warning is logged once
+    assert asked == [False, False, False]
+    warnings = [r.getMessage() for r in caplog.records if "WITHOUT its sandbox" in r.getMessage()]
+    assert len(warnings) == 1, warnings
 
 
 @pytest.mark.services

@@ -28,10 +28,10 @@ import re
 from collections.abc import Iterator
 from functools import cache
 from html.parser import HTMLParser
+from typing import TYPE_CHECKING
 
-import tree_sitter_css
-import tree_sitter_javascript
-from tree_sitter import Language, Node, Parser, Query, QueryCursor
+if TYPE_CHECKING:
+    from tree_sitter import Node, Parser, Query
 
 __all__ = ["network_loads"]
 
@@ -184,6 +184,12 @@ _QUERIES = {
 
 @cache
 def _grammar(name: str) -> tuple[Parser, Query]:
+    # Imported with the first page parsed, not with this module: every worker imports the
+    # checks, and one that never judges a page need not load the grammars.
+    import tree_sitter_css
+    import tree_sitter_javascript
+    from tree_sitter import Language, Parser, Query
+
     module = tree_sitter_css if name == "css" else tree_sitter_javascript
     language = Language(module.language())
     return Parser(language), Query(language, _QUERIES[name])
@@ -191,6 +197,8 @@ def _grammar(name: str) -> tuple[Parser, Query]:
 
 def _nodes(name: str, source: str) -> dict[str, list[Node]]:
     """The nodes of ``source`` that the grammar's query captures, by capture name."""
+    from tree_sitter import QueryCursor
+
     parser, query = _grammar(name)
     return QueryCursor(query).captures(parser.parse(source.encode("utf-8")).root_node)
 

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import threading
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import redis
-from google import genai
 from sqlalchemy import Engine
 
 from worker.agent.runs import RunConfig
 from worker.errors import ConfigError, LimiterUnavailable
 from worker.models.base import Model, ModelRequest
 from worker.models.gemini.cache import RunCache, drop_ended
-from worker.models.gemini.client import (
-    CachedPrefix,
-    GeminiModel,
-    create_cache,
-    delete_cache,
-    make_client,
-)
 from worker.models.limiter.base import LimitConfig, Limiter, LimiterState, LocalLimiter
 from worker.models.limiter.redis import RedisLimiter
 from worker.models.pricing import PriceTable
@@ -28,6 +21,11 @@ from worker.models.sim.personas import Persona, flaw_for
 from worker.settings import Settings
 from worker.store.engine import utcnow
 from worker.store.sessions import SessionView
+
+if TYPE_CHECKING:
+    from google import genai
+
+    from worker.models.gemini.client import CachedPrefix
 
 #: Model name of the offline stand-in.
 SIM = "sim"
@@ -80,6 +78,10 @@ class Providers:
                 metrics=tuple(view.brief["metrics"]),
             )
         if view.model.startswith(GEMINI_PREFIX):
+            # Imported here, as in the methods below: google-genai costs a process about
+            # 40 MiB, and a worker that serves only sim sessions never loads it.
+            from worker.models.gemini.client import GeminiModel
+
             s = self.settings
             return GeminiModel(
                 client=self.client,
@@ -100,6 +102,8 @@ class Providers:
                 "no Gemini API key: set GEMINI_API_KEY (or GOOGLE_API_KEY) "
                 "in the worker's environment"
             )
+        from worker.models.gemini.client import make_client
+
         with self._lock:
             return make_client(
                 api_key=key.get_secret_value(),
@@ -128,6 +132,8 @@ class Providers:
         return RunCache(engine=self.engine, run_id=run_id, create=self._create_cache, clock=utcnow)
 
     def _create_cache(self, request: ModelRequest, display_name: str) -> CachedPrefix:
+        from worker.models.gemini.client import create_cache
+
         return create_cache(
             self.client,
             model=request.model,
@@ -146,6 +152,8 @@ class Providers:
 
     def delete_cache(self, name: str) -> None:
         """Delete an explicit cache at the Gemini API."""
+        from worker.models.gemini.client import delete_cache
+
         delete_cache(self.client, name)
 
     def limiter_status(self, model: str) -> LimiterState | str:

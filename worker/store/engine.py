@@ -8,18 +8,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from worker.errors import NotMigrated
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +84,11 @@ def _sqlite_on_begin(conn: Connection) -> None:
 
 def alembic_config(database_url: str) -> Config:
     """An Alembic config for the packaged migrations, aimed at ``database_url``."""
+    # Alembic is imported by the functions that migrate or check the schema, not with this
+    # module: every worker imports it, and alembic (with mako and pygments) costs a worker
+    # process tens of MiB it never uses.
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).parents[2] / "migrations"))
     cfg.attributes["database_url"] = database_url
@@ -93,16 +97,22 @@ def alembic_config(database_url: str) -> Config:
 
 def migrate(database_url: str, revision: str = "head") -> None:
     """Bring the database at ``database_url`` to ``revision``."""
+    from alembic import command
+
     command.upgrade(alembic_config(database_url), revision)
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:
     """Take the database at ``database_url`` back to ``revision``."""
+    from alembic import command
+
     command.downgrade(alembic_config(database_url), revision)
 
 
 def head_revision() -> str:
     """The latest revision the code knows."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config("")).get_current_head()
     assert head is not None
     return head
@@ -110,6 +120,8 @@ def head_revision() -> str:
 
 def require_migrated(engine: Engine) -> None:
     """Raise :class:`NotMigrated` unless the database is at the latest revision."""
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
     if current != head_revision():

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from verifier.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
+from verifier.chromium import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
 from worker.models.sim.dashboards import render_dashboard, render_lite
 
 CHROMIUM = DEFAULT_CHROMIUM_PATH

@@ -12,14 +12,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.engine import Connection
 
 from worker.errors import SwarmError
 from worker.models.base import ModelRequest
-from worker.models.gemini.client import CachedPrefix
 from worker.store.tables import caches, runs
+
+if TYPE_CHECKING:
+    # Only a type here: the provider (and google-genai) loads when a Gemini model is used.
+    from worker.models.gemini.client import CachedPrefix
 
 logger = logging.getLogger(__name__)
 
