@@ -37,19 +37,46 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def make_engine(settings: Settings) -> Engine:
-    """Create the engine for ``settings.database_url``.
+#: Connections a process keeps open, unless ``SWARM_DB_POOL_SIZE`` says.
+DEFAULT_POOL_SIZE = 5
+#: Overflow connections at the least and at the most, unless ``SWARM_DB_MAX_OVERFLOW`` says:
+#: three workers at their largest (30 connections each) leave ten of PostgreSQL's default
+#: ``max_connections`` of 100 to the scheduler and Flower.
+MIN_OVERFLOW = 15
+MAX_OVERFLOW = 25
+#: Worker threads per overflow connection: a thread holds a connection only between model
+#: calls, for a few milliseconds of CPU, so more connections than cores buy nothing.
+THREADS_PER_CONNECTION = 10
+
+
+def pool_sizes(settings: Settings, threads: int | None = None) -> tuple[int, int]:
+    """The pool size and overflow of a process that runs ``threads`` tasks at once.
+
+    The settings win when set; otherwise the overflow grows with the threads, bounded so
+    that several workers share one PostgreSQL.
+    """
+    size = settings.db_pool_size if settings.db_pool_size is not None else DEFAULT_POOL_SIZE
+    if settings.db_max_overflow is not None:
+        return size, settings.db_max_overflow
+    overflow = (threads or 0) // THREADS_PER_CONNECTION
+    return size, min(max(overflow, MIN_OVERFLOW), MAX_OVERFLOW)
+
+
+def make_engine(settings: Settings, *, threads: int | None = None) -> Engine:
+    """Create the engine for ``settings.database_url``, for ``threads`` concurrent tasks.
 
     SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` transactions, so that
     concurrent writer threads queue on the lock instead of failing on upgrade.
     """
     url = settings.database_url
+    pool_size, max_overflow = pool_sizes(settings, threads)
     if settings.is_sqlite:
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S},
-            pool_size=settings.db_pool_size,
-            max_overflow=settings.db_max_overflow,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_timeout=settings.db_pool_timeout_s,
         )
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_on_begin)
@@ -62,8 +89,9 @@ def make_engine(settings: Settings) -> Engine:
     return create_engine(
         url,
         connect_args=connect_args,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_timeout=settings.db_pool_timeout_s,
         pool_pre_ping=True,
         pool_recycle=1800,
     )
