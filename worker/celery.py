@@ -61,8 +61,9 @@ def celery_config(settings: Settings, *, fleet: str | None = None) -> dict[str, 
         "worker_prefetch_multiplier": 1,
         "task_default_queue": SESSIONS_QUEUE,
         "task_routes": {TURN_TASK: {"queue": SESSIONS_QUEUE}, VERIFY_TASK: {"queue": VERIFY_QUEUE}},
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # Off unless asked: Flower enables the workers' task events itself while it runs.
+        "worker_send_task_events": settings.task_events,
+        "task_send_sent_event": settings.task_events,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
     }
 

@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     worker's threads, at least 15 and at most 25."""
     db_pool_timeout_s: float = Field(default=60.0, gt=0)
     """How long a thread waits for a free connection; a turn that waits longer is retried."""
+    task_events: bool = False
+    """Workers send task events, and senders task-sent events, without being asked. Off, a
+    worker sends them only while Flower (or ``celery control enable_events``) asks."""
 
     lease_ttl_s: float = Field(default=10.0, gt=0)
     """How long a claimed turn or verification owns its session without a renewal; its
