@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from worker.errors import NotMigrated
@@ -37,6 +38,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+#: A pooled connection unused this long is tested before it is handed out. A server
+#: restart then costs the statements in flight and at most the first one after it on a
+#: busy pool, which invalidates every connection of the pool.
+PING_IDLE_S = 1.0
+_IDLE_SINCE = "swarm_idle_since"
 #: Connections a process keeps open, unless ``SWARM_DB_POOL_SIZE`` says.
 DEFAULT_POOL_SIZE = 5
 #: Overflow connections at the least and at the most, unless ``SWARM_DB_MAX_OVERFLOW`` says:
@@ -86,15 +92,42 @@ def make_engine(settings: Settings, *, threads: int | None = None) -> Engine:
         if "connect_timeout" in make_url(url).query
         else {"connect_timeout": PG_CONNECT_TIMEOUT_S}
     )
-    return create_engine(
+    engine = create_engine(
         url,
         connect_args=connect_args,
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_timeout=settings.db_pool_timeout_s,
-        pool_pre_ping=True,
         pool_recycle=1800,
     )
+    event.listen(engine, "checkin", _mark_idle)
+    event.listen(engine, "checkout", _pinger(engine))
+    return engine
+
+
+def _mark_idle(_dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+    record.info[_IDLE_SINCE] = time.monotonic()
+
+
+def _pinger(engine: Engine) -> Callable[[Any, ConnectionPoolEntry, Any], None]:
+    """A checkout hook that tests a connection idle for ``PING_IDLE_S`` or more.
+
+    SQLAlchemy's ``pool_pre_ping`` tests every checkout, a round trip each time: several
+    per turn. A connection in steady use has just proved itself, so only idle ones are
+    tested; a dead one is replaced before anyone sees it (the pool tries again).
+    """
+    dialect = engine.dialect
+
+    def ping(dbapi_conn: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        since = record.info.get(_IDLE_SINCE)
+        if since is None or time.monotonic() - since < PING_IDLE_S:
+            return  # a new connection, or one that just worked
+        try:
+            dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError(f"idle connection is gone: {exc}") from exc
+
+    return ping
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
