@@ -17,6 +17,7 @@ from typing import Any
 from celery import Celery, bootsteps, current_app, shared_task, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from pydantic import ValidationError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from worker.agent.turn import run_turn
 from worker.errors import TransientError
@@ -26,7 +27,7 @@ from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
 from worker.fleet.reconciler import ReconcilerThread
 from worker.fleet.runtime import Runtime
 from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE, Settings, describe_invalid
-from worker.store.engine import make_engine
+from worker.store.engine import make_engine, pool_sizes
 from worker.store.fleet import fleet_id
 from worker.store.roles import can_reconcile
 
@@ -61,8 +62,9 @@ def celery_config(settings: Settings, *, fleet: str | None = None) -> dict[str, 
         "worker_prefetch_multiplier": 1,
         "task_default_queue": SESSIONS_QUEUE,
         "task_routes": {TURN_TASK: {"queue": SESSIONS_QUEUE}, VERIFY_TASK: {"queue": VERIFY_QUEUE}},
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # Off unless asked: Flower enables the workers' task events itself while it runs.
+        "worker_send_task_events": settings.task_events,
+        "task_send_sent_event": settings.task_events,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
     }
 
@@ -76,6 +78,8 @@ class SwarmCelery(Celery):  # type: ignore[misc]
         self._given_settings = settings
         self._runtime_lock = threading.Lock()
         self._runtime: Runtime | None = None
+        #: Tasks this process runs at once, once a worker has said (sizes the engine's pool).
+        self.concurrency: int | None = None
         # Read the environment when the app is first configured, not at import time.
         self.add_defaults(lambda: celery_config(self.settings, fleet=self.fleet))
         self.steps["worker"].add(ReconcilerStep)
@@ -110,9 +114,16 @@ class SwarmCelery(Celery):  # type: ignore[misc]
         """This process's runtime, built on first use."""
         with self._runtime_lock:
             if self._runtime is None:
+                size, overflow = pool_sizes(self.settings, self.concurrency)
+                logger.info(
+                    "database pool: %d connections, %d more when busy, for %s threads",
+                    size,
+                    overflow,
+                    self.concurrency or "unknown",
+                )
                 self._runtime = Runtime(
                     settings=self.settings,
-                    engine=make_engine(self.settings),
+                    engine=make_engine(self.settings, threads=self.concurrency),
                     dispatcher=CeleryDispatcher(self),
                 )
             return self._runtime
@@ -124,6 +135,10 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         self.thread: ReconcilerThread | None = None
+        # Before anything builds the runtime: its pool is sized to the threads that share it
+        # (a prefork child runs one task at a time).
+        prefork = isinstance(worker.pool_cls, type) and issubclass(worker.pool_cls, PreforkPool)
+        worker.app.concurrency = 1 if prefork else worker.concurrency
 
     def start(self, worker: Any) -> None:
         app: SwarmCelery = worker.app
@@ -175,10 +190,12 @@ def turn(self: Any, session_id: int, turn_no: int, retries: int = 0) -> str:
     ``retries`` counts the retries that used up the turn's allowance (a wait for the
     fleet's limiter does not), so it is passed along rather than taken from Celery.
     """
+    rt = self.app.runtime
     try:
-        return run_turn(
-            rt=self.app.runtime, session_id=session_id, turn_no=turn_no, retries=retries
-        ).value
+        try:
+            return run_turn(rt=rt, session_id=session_id, turn_no=turn_no, retries=retries).value
+        except PoolTimeout as exc:
+            raise _pool_wait(rt, session_id, turn_no) from exc
     except TransientError as exc:
         kwargs = {
             "session_id": session_id,
@@ -186,6 +203,25 @@ def turn(self: Any, session_id: int, turn_no: int, retries: int = 0) -> str:
             "retries": retries + (1 if exc.counts else 0),
         }
         raise self.retry(args=(), kwargs=kwargs, countdown=exc.delay_s, exc=exc) from None
+
+
+def _pool_wait(rt: Runtime, session_id: int, turn_no: int) -> TransientError:
+    """A turn that waited too long for a database connection: retried, not an error.
+
+    It is retried once its lease, if it took one, has lapsed (a claim is its first use of
+    the database), and the wait does not use up its retries: the worker is only busy.
+    """
+    delay_s = rt.settings.lease_ttl_s
+    logger.warning(
+        "turn %s/%s: no database connection free within %.0fs; retrying in %.1fs",
+        session_id,
+        turn_no,
+        rt.settings.db_pool_timeout_s,
+        delay_s,
+    )
+    if rt.observer is not None:
+        rt.observer.after_turn(outcome="retried")
+    return TransientError("database pool exhausted", delay_s=delay_s, counts=False)
 
 
 # Resource sampling, through Celery's signals: one sampler per process that runs tasks.

@@ -70,10 +70,16 @@ class Settings(BaseSettings):
     """SQLAlchemy URL of the source of truth; ``postgresql://`` selects psycopg 3."""
     broker_url: str = DEFAULT_BROKER_URL
     """Celery broker URL; ``redis://`` for a fleet, ``memory://`` for one process."""
-    db_pool_size: int = Field(default=5, ge=1)
-    """Connections kept open per worker process (model calls hold none)."""
-    db_max_overflow: int = Field(default=15, ge=0)
-    """Extra connections a busy process may open beyond the pool."""
+    db_pool_size: int | None = Field(default=None, ge=1)
+    """Connections kept open per process (model calls hold none); unset: 5."""
+    db_max_overflow: int | None = Field(default=None, ge=0)
+    """Extra connections a busy process may open beyond the pool; unset: a tenth of the
+    worker's threads, at least 15 and at most 25."""
+    db_pool_timeout_s: float = Field(default=60.0, gt=0)
+    """How long a thread waits for a free connection; a turn that waits longer is retried."""
+    task_events: bool = False
+    """Workers send task events, and senders task-sent events, without being asked. Off, a
+    worker sends them only while Flower (or ``celery control enable_events``) asks."""
 
     lease_ttl_s: float = Field(default=10.0, gt=0)
     """How long a claimed turn or verification owns its session without a renewal; its

@@ -75,6 +75,8 @@ PROTECTED_PATHS = (
 )
 #: Asks Flower whether the worker is alive, from the events it has seen.
 WORKERS_STATUS = "/api/workers?status=1"
+#: What a worker logs when Flower's ``enable_events`` command turns its task events on.
+TASK_EVENTS_ENABLED = "Events of group {task} enabled by remote."
 #: Lists the turn tasks Flower has seen succeed.
 SUCCEEDED_TURNS = "/api/tasks?taskname=swarm.turn&state=SUCCESS"
 
@@ -231,6 +233,12 @@ def fleet(
             lambda: _get_json(flower.url + WORKERS_STATUS, credentials).get(worker_name),
             timeout_s=FLOWER_CATCH_UP_TIMEOUT_S,
             what=lambda: f"Flower saw {worker_name} alive",
+        )
+        # The worker sends no task events of its own accord; Flower asks it to.
+        _until(
+            lambda: any(TASK_EVENTS_ENABLED in line for line in worker.log),
+            timeout_s=FLOWER_CATCH_UP_TIMEOUT_S,
+            what=lambda: "Flower enabled the worker's task events",
         )
         run_id = enqueue(settings, "--wave", "1x2", "--sim-latency-ms", "50", seed=11)
         status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)

@@ -40,18 +40,17 @@ class CeleryDispatcher:
         delay_s = max(delay_s, item.delay_s)
         countdown = delay_s if delay_s > 0 else None
         if item.kind == "turn":
-            self.app.send_task(
-                TURN_TASK,
-                kwargs={"session_id": item.session_id, "turn_no": item.number},
-                task_id=f"turn:{item.session_id}:{item.number}",
-                queue=SESSIONS_QUEUE,
-                countdown=countdown,
-            )
+            name, queue, prefix, number = TURN_TASK, SESSIONS_QUEUE, "turn", "turn_no"
         else:
-            self.app.send_task(
-                VERIFY_TASK,
-                kwargs={"session_id": item.session_id, "round_no": item.number},
-                task_id=f"verify:{item.session_id}:{item.number}",
-                queue=VERIFY_QUEUE,
-                countdown=countdown,
-            )
+            name, queue, prefix, number = VERIFY_TASK, VERIFY_QUEUE, "verify", "round_no"
+        kwargs = {"session_id": item.session_id, number: item.number}
+        self.app.send_task(
+            name,
+            kwargs=kwargs,
+            task_id=f"{prefix}:{item.session_id}:{item.number}",
+            queue=queue,
+            countdown=countdown,
+            # What Flower shows, given: Celery's own saferepr walks them in pure Python.
+            argsrepr="()",
+            kwargsrepr=repr(kwargs),
+        )

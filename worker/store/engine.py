@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from worker.errors import NotMigrated
@@ -36,19 +37,51 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def make_engine(settings: Settings) -> Engine:
-    """Create the engine for ``settings.database_url``.
+#: A pooled connection unused this long is tested before it is handed out. A server
+#: restart then costs the statements in flight and at most the first one after it on a
+#: busy pool, which invalidates every connection of the pool.
+PING_IDLE_S = 1.0
+_IDLE_SINCE = "swarm_idle_since"
+#: Connections a process keeps open, unless ``SWARM_DB_POOL_SIZE`` says.
+DEFAULT_POOL_SIZE = 5
+#: Overflow connections at the least and at the most, unless ``SWARM_DB_MAX_OVERFLOW`` says:
+#: three workers at their largest (30 connections each) leave ten of PostgreSQL's default
+#: ``max_connections`` of 100 to the scheduler and Flower.
+MIN_OVERFLOW = 15
+MAX_OVERFLOW = 25
+#: Worker threads per overflow connection: a thread holds a connection only between model
+#: calls, for a few milliseconds of CPU, so more connections than cores buy nothing.
+THREADS_PER_CONNECTION = 10
+
+
+def pool_sizes(settings: Settings, threads: int | None = None) -> tuple[int, int]:
+    """The pool size and overflow of a process that runs ``threads`` tasks at once.
+
+    The settings win when set; otherwise the overflow grows with the threads, bounded so
+    that several workers share one PostgreSQL.
+    """
+    size = settings.db_pool_size if settings.db_pool_size is not None else DEFAULT_POOL_SIZE
+    if settings.db_max_overflow is not None:
+        return size, settings.db_max_overflow
+    overflow = (threads or 0) // THREADS_PER_CONNECTION
+    return size, min(max(overflow, MIN_OVERFLOW), MAX_OVERFLOW)
+
+
+def make_engine(settings: Settings, *, threads: int | None = None) -> Engine:
+    """Create the engine for ``settings.database_url``, for ``threads`` concurrent tasks.
 
     SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` transactions, so that
     concurrent writer threads queue on the lock instead of failing on upgrade.
     """
     url = settings.database_url
+    pool_size, max_overflow = pool_sizes(settings, threads)
     if settings.is_sqlite:
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S},
-            pool_size=settings.db_pool_size,
-            max_overflow=settings.db_max_overflow,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_timeout=settings.db_pool_timeout_s,
         )
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_on_begin)
@@ -58,14 +91,42 @@ def make_engine(settings: Settings) -> Engine:
         if "connect_timeout" in make_url(url).query
         else {"connect_timeout": PG_CONNECT_TIMEOUT_S}
     )
-    return create_engine(
+    engine = create_engine(
         url,
         connect_args=connect_args,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
-        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_timeout=settings.db_pool_timeout_s,
         pool_recycle=1800,
     )
+    event.listen(engine, "checkin", _mark_idle)
+    event.listen(engine, "checkout", _pinger(engine))
+    return engine
+
+
+def _mark_idle(_dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+    record.info[_IDLE_SINCE] = time.monotonic()
+
+
+def _pinger(engine: Engine) -> Callable[[Any, ConnectionPoolEntry, Any], None]:
+    """A checkout hook that tests a connection idle for ``PING_IDLE_S`` or more.
+
+    SQLAlchemy's ``pool_pre_ping`` tests every checkout, a round trip each time: several
+    per turn. A connection in steady use has just proved itself, so only idle ones are
+    tested; a dead one is replaced before anyone sees it (the pool tries again).
+    """
+    dialect = engine.dialect
+
+    def ping(dbapi_conn: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        since = record.info.get(_IDLE_SINCE)
+        if since is None or time.monotonic() - since < PING_IDLE_S:
+            return  # a new connection, or one that just worked
+        try:
+            dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError(f"idle connection is gone: {exc}") from exc
+
+    return ping
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:

@@ -1,0 +1,114 @@
+"""The database pool: sized to the worker's threads, and a saturated worker waits, not fails."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import Engine, select, text
+
+from tests.conftest import WorkerProcess
+from tests.factories import make_run
+from worker.celery import create_app
+from worker.errors import TransientError
+from worker.fleet.dispatch import TURN_TASK
+from worker.settings import Settings
+from worker.store.engine import pool_sizes
+from worker.store.tables import sessions
+
+pytestmark = pytest.mark.services
+
+#: Seconds the worker may take to log its pool once ready.
+POOL_LOG_TIMEOUT_S = 30
+_POOL_LINE = re.compile(r"database pool: (\d+) connections, (\d+) more when busy, for (\S+)")
+#: Workers that must fit in PostgreSQL together, and connections left for the rest.
+WORKERS = 3
+SPARE = 10
+
+
+def _pool_line(worker: WorkerProcess) -> tuple[int, int, str]:
+    deadline = time.monotonic() + POOL_LOG_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for line in list(worker.log):
+            if found := _POOL_LINE.search(line):
+                return int(found.group(1)), int(found.group(2)), found.group(3)
+        time.sleep(0.1)
+    raise AssertionError("no pool line in the worker's log:\n" + "\n".join(worker.log[-20:]))
+
+
+def test_pool_grows_with_threads_within_bounds(settings: Settings) -> None:
+    # Given no explicit pool settings
+    # Then a small worker keeps today's 5 + 15, a large one gets a tenth of its threads
+    assert pool_sizes(settings) == (5, 15)
+    assert pool_sizes(settings, 20) == (5, 15)
+    assert pool_sizes(settings, 200) == (5, 20)
+    assert pool_sizes(settings, 1000) == (5, 25)
+    assert pool_sizes(settings, 100_000) == (5, 25)
+    # And explicit settings win, each on its own
+    assert pool_sizes(settings.model_copy(update={"db_max_overflow": 2}), 1000) == (5, 2)
+    assert pool_sizes(settings.model_copy(update={"db_pool_size": 8}), 1000) == (8, 25)
+
+
+def test_a_200_thread_worker_gets_a_pool_that_fits(
+    engine: Engine, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # Given a worker started with -c 200
+    worker = start_worker(concurrency=200)
+    # Then its pool is sized to its threads
+    size, overflow, threads = _pool_line(worker)
+    assert (size, overflow, threads) == (5, 20, "200")
+    # And three such workers fit in this PostgreSQL, with room for the scheduler and Flower
+    with engine.connect() as conn:
+        max_connections = int(conn.execute(text("SHOW max_connections")).scalar_one())
+    assert WORKERS * (size + overflow) + SPARE <= max_connections
+    assert worker.errors() == []
+
+
+def test_explicit_pool_settings_win_over_the_threads(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    # Given a worker started with -c 200 and SWARM_DB_MAX_OVERFLOW=3
+    worker = start_worker(concurrency=200, SWARM_DB_POOL_SIZE="2", SWARM_DB_MAX_OVERFLOW="3")
+    # Then the settings win
+    assert _pool_line(worker) == (2, 3, "200")
+
+
+def test_a_turn_that_waits_too_long_for_a_connection_is_retried(
+    settings: Settings, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a process whose pool has one connection, held by someone else
+    tight = settings.model_copy(
+        update={"db_pool_size": 1, "db_max_overflow": 0, "db_pool_timeout_s": 0.2}
+    )
+    app = create_app(tight)
+    task = app.tasks[TURN_TASK]
+    _, (sid,) = make_run(engine)
+    held = app.runtime.engine.connect()
+    # When the turn task runs
+    try:
+        with caplog.at_level(logging.WARNING), pytest.raises(TransientError) as raised:
+            task.run(session_id=sid, turn_no=0)
+    finally:
+        held.close()
+    # Then it asks to be retried once a lease would have lapsed, without using up a retry
+    assert raised.value.delay_s == tight.lease_ttl_s
+    assert raised.value.counts is False
+    assert [r.levelno for r in caplog.records if "no database connection" in r.message] == [
+        logging.WARNING
+    ]
+    # And nothing was claimed: the session waits for that turn
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(sessions.c.status, sessions.c.next_turn, sessions.c.turn_attempts).where(
+                sessions.c.id == sid
+            )
+        ).one()
+    assert tuple(row) == ("running", 0, 0)
+    # And the retry, with a connection free, runs the turn
+    try:
+        assert task.run(session_id=sid, turn_no=0) == "committed"
+    finally:
+        app.runtime.engine.dispose()
