@@ -245,16 +245,22 @@ def fence_turn(
     return result.rowcount == 1
 
 
+_HOLDS_LEASE = (
+    select(sessions.c.id)
+    .where(
+        sessions.c.id == bindparam("b_session_id"),
+        sessions.c.lease_epoch == bindparam("b_epoch"),
+        sessions.c.next_turn == bindparam("b_turn_no"),
+    )
+    .with_for_update()
+)
+
+
 def holds_lease(conn: Connection, *, claim: Claim) -> bool:
     """True while ``claim`` is the session's current lease (locks the row on PostgreSQL)."""
     row = conn.execute(
-        select(sessions.c.id)
-        .where(
-            sessions.c.id == claim.session_id,
-            sessions.c.lease_epoch == claim.epoch,
-            sessions.c.next_turn == claim.turn_no,
-        )
-        .with_for_update()
+        _HOLDS_LEASE,
+        {"b_session_id": claim.session_id, "b_epoch": claim.epoch, "b_turn_no": claim.turn_no},
     ).first()
     return row is not None
 
