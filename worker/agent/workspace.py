@@ -60,6 +60,27 @@ _SWAP_ARTIFACT = (
     .returning(artifacts.c.id)
 )
 _ADD_VERSION = insert(versions)
+_SWAPPED = _SWAP_ARTIFACT.returning(
+    artifacts.c.version, artifacts.c.content, artifacts.c.size_bytes, artifacts.c.updated_at
+).cte("swapped")
+#: The swap and its version row in one statement (PostgreSQL): the page is sent once.
+_SWAP_AND_KEEP = (
+    insert(versions)
+    .from_select(
+        ["artifact_id", "version", "turn_no", "content", "sha256", "size_bytes", "created_at"],
+        select(
+            _SWAPPED.c.id,
+            _SWAPPED.c.version,
+            bindparam("b_turn_no", type_=versions.c.turn_no.type),
+            _SWAPPED.c.content,
+            bindparam("b_sha256", type_=versions.c.sha256.type),
+            _SWAPPED.c.size_bytes,
+            _SWAPPED.c.updated_at,
+        ),
+    )
+    .add_cte(_SWAPPED)
+    .returning(versions.c.version)
+)
 
 
 def get_artifact(conn: Connection, *, session_id: int, name: str) -> ArtifactState | None:
@@ -111,17 +132,18 @@ def write_artifact(
         )
         artifact_id, version = result.scalar_one(), 1
     else:
-        row = conn.execute(
-            _SWAP_ARTIFACT,
-            {
-                "b_session_id": session_id,
-                "b_name": name,
-                "b_expected": expected_version,
-                "b_content": content,
-                "b_size": size_bytes,
-                "b_now": now,
-            },
-        ).first()
+        swap = {
+            "b_session_id": session_id,
+            "b_name": name,
+            "b_expected": expected_version,
+            "b_content": content,
+            "b_size": size_bytes,
+            "b_now": now,
+        }
+        if conn.dialect.name == "postgresql":
+            swap |= {"b_turn_no": turn_no, "b_sha256": _sha256(content)}
+            return conn.execute(_SWAP_AND_KEEP, swap).scalar()
+        row = conn.execute(_SWAP_ARTIFACT, swap).first()
         if row is None:
             return None
         artifact_id, version = row.id, expected_version + 1
@@ -132,12 +154,16 @@ def write_artifact(
             "version": version,
             "turn_no": turn_no,
             "content": content,
-            "sha256": hashlib.sha256(content.encode()).hexdigest(),
+            "sha256": _sha256(content),
             "size_bytes": size_bytes,
             "created_at": now,
         },
     )
     return version
+
+
+def _sha256(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
 
 
 def mark_deleted(
