@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, NamedTuple, NoReturn
 
+from sqlalchemy.engine import Connection
+
 from worker.agent import history, limits
 from worker.agent.events import (
     Ended,
@@ -116,15 +118,19 @@ def _run_turn(
         )
         if claim is None:
             lifecycle.count_duplicate_turn(conn, session_id=session_id)
+        else:
+            # Read in the claim's transaction: one connection and one commit fewer a turn.
+            timer.lap("claim")
+            loaded = _load(conn, session_id)
     if claim is None:
         logger.info("turn %s/%s skipped: not due", session_id, turn_no)
         return TurnOutcome.skipped
-    timer.lap("claim")
+    timer.lap("rebuild")
     ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no))
     # The lease lives as long as this worker does: renewed through the model call.
     with rt.leases.hold(claim.session_id, claim.epoch):
         try:
-            outcome, calls = _play(rt, claim, ledger, retries=retries, model=model)
+            outcome, calls = _play(rt, claim, loaded, ledger, retries=retries, model=model)
         except SessionStopped as stop:
             return _end(rt, claim, stop)
     logger.info(
@@ -156,9 +162,29 @@ class _Ledger(NamedTuple):
         )
 
 
+class _Loaded(NamedTuple):
+    """What a turn reads of its session before the model call."""
+
+    view: sessions.SessionView
+    config: RunConfig
+    spent: limits.Spend | None
+    """The session's and run's spend, when a limit is set to check it against."""
+
+
+def _load(conn: Connection, session_id: int) -> _Loaded:
+    view = sessions.load_session(conn, session_id=session_id)
+    config = RunConfig.model_validate(view.run_config)
+    # Summing the run's usage rows costs the database more with every turn of the run:
+    # only a limit to check is worth it.
+    limited = view.run_budget_usd is not None or config.max_tokens or config.max_cost_usd
+    spent = limits.spend(conn, session_id=session_id, run_id=view.run_id) if limited else None
+    return _Loaded(view, config, spent)
+
+
 def _play(
     rt: Runtime,
     claim: lifecycle.Claim,
+    loaded: _Loaded,
     ledger: _Ledger,
     *,
     retries: int,
@@ -175,15 +201,7 @@ def _play(
             f"turn {claim.turn_no} was claimed {claim.attempts - 1} times without committing",
             outcome=Outcome.poison_turn,
         )
-    with rt.engine.connect() as conn:
-        view = sessions.load_session(conn, session_id=claim.session_id)
-        config = RunConfig.model_validate(view.run_config)
-        # Summing the run's usage rows costs the database more with every turn of the run:
-        # only a limit to check is worth it.
-        limited = view.run_budget_usd is not None or config.max_tokens or config.max_cost_usd
-        spent = (
-            limits.spend(conn, session_id=claim.session_id, run_id=view.run_id) if limited else None
-        )
+    view, config, spent = loaded
     if view.run_status == RunStatus.cancelled.value:
         raise SessionStopped("the run was cancelled", outcome=Outcome.cancelled)
     limits.check_turns(config, claim.turn_no)

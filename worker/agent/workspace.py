@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from worker.store.tables import artifact_versions as versions
@@ -33,17 +33,59 @@ class PlanEntry:
     done: bool
 
 
+# Statements most turns run, built once so their SQL is compiled once.
+_GET_ARTIFACT = select(
+    artifacts.c.id,
+    artifacts.c.name,
+    artifacts.c.version,
+    artifacts.c.content,
+    artifacts.c.deleted_at,
+).where(
+    artifacts.c.session_id == bindparam("b_session_id"), artifacts.c.name == bindparam("b_name")
+)
+_SWAP_ARTIFACT = (
+    update(artifacts)
+    .where(
+        artifacts.c.session_id == bindparam("b_session_id"),
+        artifacts.c.name == bindparam("b_name"),
+        artifacts.c.version == bindparam("b_expected"),
+    )
+    .values(
+        version=artifacts.c.version + 1,
+        content=bindparam("b_content", type_=artifacts.c.content.type),
+        size_bytes=bindparam("b_size", type_=artifacts.c.size_bytes.type),
+        updated_at=bindparam("b_now", type_=artifacts.c.updated_at.type),
+        deleted_at=None,
+    )
+    .returning(artifacts.c.id)
+)
+_ADD_VERSION = insert(versions)
+_SWAPPED = _SWAP_ARTIFACT.returning(
+    artifacts.c.version, artifacts.c.content, artifacts.c.size_bytes, artifacts.c.updated_at
+).cte("swapped")
+#: The swap and its version row in one statement (PostgreSQL): the page is sent once.
+_SWAP_AND_KEEP = (
+    insert(versions)
+    .from_select(
+        ["artifact_id", "version", "turn_no", "content", "sha256", "size_bytes", "created_at"],
+        select(
+            _SWAPPED.c.id,
+            _SWAPPED.c.version,
+            bindparam("b_turn_no", type_=versions.c.turn_no.type),
+            _SWAPPED.c.content,
+            bindparam("b_sha256", type_=versions.c.sha256.type),
+            _SWAPPED.c.size_bytes,
+            _SWAPPED.c.updated_at,
+        ),
+    )
+    .add_cte(_SWAPPED)
+    .returning(versions.c.version)
+)
+
+
 def get_artifact(conn: Connection, *, session_id: int, name: str) -> ArtifactState | None:
     """The current state of a session's artifact, or None if it never existed."""
-    row = conn.execute(
-        select(
-            artifacts.c.id,
-            artifacts.c.name,
-            artifacts.c.version,
-            artifacts.c.content,
-            artifacts.c.deleted_at,
-        ).where(artifacts.c.session_id == session_id, artifacts.c.name == name)
-    ).first()
+    row = conn.execute(_GET_ARTIFACT, {"b_session_id": session_id, "b_name": name}).first()
     if row is None:
         return None
     return ArtifactState(row.id, row.name, row.version, row.content, row.deleted_at is not None)
@@ -90,37 +132,38 @@ def write_artifact(
         )
         artifact_id, version = result.scalar_one(), 1
     else:
-        row = conn.execute(
-            update(artifacts)
-            .where(
-                artifacts.c.session_id == session_id,
-                artifacts.c.name == name,
-                artifacts.c.version == expected_version,
-            )
-            .values(
-                version=expected_version + 1,
-                content=content,
-                size_bytes=size_bytes,
-                updated_at=now,
-                deleted_at=None,
-            )
-            .returning(artifacts.c.id)
-        ).first()
+        swap = {
+            "b_session_id": session_id,
+            "b_name": name,
+            "b_expected": expected_version,
+            "b_content": content,
+            "b_size": size_bytes,
+            "b_now": now,
+        }
+        if conn.dialect.name == "postgresql":
+            swap |= {"b_turn_no": turn_no, "b_sha256": _sha256(content)}
+            return conn.execute(_SWAP_AND_KEEP, swap).scalar()
+        row = conn.execute(_SWAP_ARTIFACT, swap).first()
         if row is None:
             return None
         artifact_id, version = row.id, expected_version + 1
     conn.execute(
-        insert(versions).values(
-            artifact_id=artifact_id,
-            version=version,
-            turn_no=turn_no,
-            content=content,
-            sha256=hashlib.sha256(content.encode()).hexdigest(),
-            size_bytes=size_bytes,
-            created_at=now,
-        )
+        _ADD_VERSION,
+        {
+            "artifact_id": artifact_id,
+            "version": version,
+            "turn_no": turn_no,
+            "content": content,
+            "sha256": _sha256(content),
+            "size_bytes": size_bytes,
+            "created_at": now,
+        },
     )
     return version
+
+
+def _sha256(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
 
 
 def mark_deleted(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, insert, or_, select, tuple_, update
+from sqlalchemy import bindparam, case, func, insert, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -55,6 +55,25 @@ class Dispatch:
     """Send it this many seconds from now (a first turn held back to warm the cache)."""
 
 
+#: Takes a turn's lease (see :func:`_take_lease`); built once, as a turn runs it every time.
+_CLAIM_TURN = (
+    update(sessions)
+    .where(
+        sessions.c.id == bindparam("b_session_id"),
+        sessions.c.next_turn == bindparam("b_turn_no"),
+        sessions.c.status == SessionStatus.running.value,
+        sessions.c.lease_expires_at.is_(None) | (sessions.c.lease_expires_at < bindparam("b_now")),
+    )
+    .values(
+        lease_epoch=sessions.c.lease_epoch + 1,
+        lease_owner=bindparam("b_owner", type_=sessions.c.lease_owner.type),
+        lease_expires_at=bindparam("b_expires_at", type_=sessions.c.lease_expires_at.type),
+        turn_attempts=sessions.c.turn_attempts + 1,
+    )
+    .returning(sessions.c.lease_epoch, sessions.c.turn_attempts, sessions.c.dispatched_at)
+)
+
+
 def claim_turn(
     conn: Connection, *, session_id: int, turn_no: int, owner: str, now: datetime, ttl_s: float
 ) -> Claim | None:
@@ -64,16 +83,16 @@ def claim_turn(
     lease is held by a live worker. That is how duplicated and late turn tasks do nothing.
     """
     expires_at = now + timedelta(seconds=ttl_s)
-    row = _take_lease(
-        conn,
-        sessions.c.id == session_id,
-        sessions.c.next_turn == turn_no,
-        sessions.c.status == SessionStatus.running.value,
-        owner=owner,
-        now=now,
-        expires_at=expires_at,
-        turn_attempts=sessions.c.turn_attempts + 1,
-    )
+    row = conn.execute(
+        _CLAIM_TURN,
+        {
+            "b_session_id": session_id,
+            "b_turn_no": turn_no,
+            "b_now": now,
+            "b_owner": owner,
+            "b_expires_at": expires_at,
+        },
+    ).first()
     if row is None:
         return None
     return Claim(
@@ -178,6 +197,30 @@ def release_turn(
     return result.rowcount == 1
 
 
+#: The commit point of a turn (see :func:`fence_turn`); built once.
+_FENCE_TURN = (
+    update(sessions)
+    .where(
+        sessions.c.id == bindparam("b_session_id"),
+        sessions.c.lease_epoch == bindparam("b_epoch"),
+        sessions.c.next_turn == bindparam("b_turn_no"),
+        sessions.c.status == SessionStatus.running.value,
+    )
+    .values(
+        next_turn=sessions.c.next_turn + 1,
+        turn_attempts=0,
+        lease_owner=None,
+        lease_expires_at=None,
+        dispatched_at=bindparam("b_now", type_=sessions.c.dispatched_at.type),
+        status=bindparam("b_status", type_=sessions.c.status.type),
+        handoff_version_id=func.coalesce(
+            bindparam("b_handoff", type_=sessions.c.handoff_version_id.type),
+            sessions.c.handoff_version_id,
+        ),
+    )
+)
+
+
 def fence_turn(
     conn: Connection, *, claim: Claim, now: datetime, handoff_version_id: int | None = None
 ) -> bool:
@@ -189,38 +232,35 @@ def fence_turn(
     """
     status = SessionStatus.running if handoff_version_id is None else SessionStatus.verifying
     result = conn.execute(
-        update(sessions)
-        .where(
-            sessions.c.id == claim.session_id,
-            sessions.c.lease_epoch == claim.epoch,
-            sessions.c.next_turn == claim.turn_no,
-            sessions.c.status == SessionStatus.running.value,
-        )
-        .values(
-            next_turn=claim.turn_no + 1,
-            turn_attempts=0,
-            lease_owner=None,
-            lease_expires_at=None,
-            dispatched_at=now,
-            status=status.value,
-            handoff_version_id=(
-                sessions.c.handoff_version_id if handoff_version_id is None else handoff_version_id
-            ),
-        )
+        _FENCE_TURN,
+        {
+            "b_session_id": claim.session_id,
+            "b_epoch": claim.epoch,
+            "b_turn_no": claim.turn_no,
+            "b_now": now,
+            "b_status": status.value,
+            "b_handoff": handoff_version_id,
+        },
     )
     return result.rowcount == 1
+
+
+_HOLDS_LEASE = (
+    select(sessions.c.id)
+    .where(
+        sessions.c.id == bindparam("b_session_id"),
+        sessions.c.lease_epoch == bindparam("b_epoch"),
+        sessions.c.next_turn == bindparam("b_turn_no"),
+    )
+    .with_for_update()
+)
 
 
 def holds_lease(conn: Connection, *, claim: Claim) -> bool:
     """True while ``claim`` is the session's current lease (locks the row on PostgreSQL)."""
     row = conn.execute(
-        select(sessions.c.id)
-        .where(
-            sessions.c.id == claim.session_id,
-            sessions.c.lease_epoch == claim.epoch,
-            sessions.c.next_turn == claim.turn_no,
-        )
-        .with_for_update()
+        _HOLDS_LEASE,
+        {"b_session_id": claim.session_id, "b_epoch": claim.epoch, "b_turn_no": claim.turn_no},
     ).first()
     return row is not None
 

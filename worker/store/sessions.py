@@ -12,9 +12,10 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Protocol
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.engine import Connection
 
+from worker.store.logcache import read_log
 from worker.store.tables import events, runs, sessions, turn_timings, usage
 
 
@@ -29,6 +30,32 @@ class LogEntry(Protocol):
     def to_payload(self) -> dict[str, Any]:
         """The event's JSON payload."""
         ...
+
+
+# A turn runs these statements every time: built once, their SQL is compiled once (building
+# and keying a statement costs more CPU than PostgreSQL spends on a primary-key lookup).
+_SESSION = (
+    select(
+        sessions.c.id,
+        sessions.c.run_id,
+        sessions.c.index.label("session_index"),
+        sessions.c.persona,
+        sessions.c.brief,
+        sessions.c.status,
+        sessions.c.next_turn,
+        sessions.c.repair_round,
+        runs.c.model,
+        runs.c.profile,
+        runs.c.config,
+        runs.c.status.label("run_status"),
+        runs.c.budget_usd,
+    )
+    .join(runs, runs.c.id == sessions.c.run_id)
+    .where(sessions.c.id == bindparam("session_id"))
+)
+_ADD_EVENTS = insert(events)
+_ADD_USAGE = insert(usage)
+_ADD_TIMING = insert(turn_timings)
 
 
 def next_seq(conn: Connection, *, session_id: int, turn_no: int) -> int:
@@ -56,7 +83,7 @@ def add_events(
         return
     seq = next_seq(conn, session_id=session_id, turn_no=turn_no) if first_seq is None else first_seq
     conn.execute(
-        insert(events),
+        _ADD_EVENTS,
         [
             {
                 "session_id": session_id,
@@ -95,30 +122,8 @@ class SessionView:
 
 def load_session(conn: Connection, *, session_id: int) -> SessionView:
     """Load a session, its run's settings and its events in log order."""
-    row = conn.execute(
-        select(
-            sessions.c.id,
-            sessions.c.run_id,
-            sessions.c.index.label("session_index"),
-            sessions.c.persona,
-            sessions.c.brief,
-            sessions.c.status,
-            sessions.c.next_turn,
-            sessions.c.repair_round,
-            runs.c.model,
-            runs.c.profile,
-            runs.c.config,
-            runs.c.status.label("run_status"),
-            runs.c.budget_usd,
-        )
-        .join(runs, runs.c.id == sessions.c.run_id)
-        .where(sessions.c.id == session_id)
-    ).one()
-    log = conn.execute(
-        select(events.c.kind, events.c.payload, events.c.turn_no, events.c.seq)
-        .where(events.c.session_id == session_id)
-        .order_by(events.c.turn_no, events.c.seq)
-    ).all()
+    row = conn.execute(_SESSION, {"session_id": session_id}).one()
+    log = read_log(conn, session_id=session_id)
     current = [e.seq for e in log if e.turn_no == row.next_turn]
     return SessionView(
         id=row.id,
@@ -150,9 +155,9 @@ def add_usage(
 ) -> None:
     """Record the usage row of one committed turn."""
     conn.execute(
-        insert(usage).values(
-            session_id=session_id, run_id=run_id, turn_no=turn_no, created_at=now, **values
-        )
+        _ADD_USAGE,
+        {"session_id": session_id, "run_id": run_id, "turn_no": turn_no, "created_at": now}
+        | values,
     )
 
 
@@ -161,5 +166,5 @@ def add_timing(
 ) -> None:
     """Record the timing ledger row of one committed turn (``TurnTimer.row``)."""
     conn.execute(
-        insert(turn_timings).values(session_id=session_id, run_id=run_id, turn_no=turn_no, **values)
+        _ADD_TIMING, {"session_id": session_id, "run_id": run_id, "turn_no": turn_no} | values
     )
