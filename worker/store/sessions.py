@@ -15,7 +15,6 @@ from typing import Any, Protocol
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.engine import Connection
 
-from worker.store.logcache import read_log
 from worker.store.tables import events, runs, sessions, turn_timings, usage
 
 
@@ -52,6 +51,11 @@ _SESSION = (
     )
     .join(runs, runs.c.id == sessions.c.run_id)
     .where(sessions.c.id == bindparam("session_id"))
+)
+_LOG = (
+    select(events.c.kind, events.c.payload, events.c.turn_no, events.c.seq)
+    .where(events.c.session_id == bindparam("session_id"))
+    .order_by(events.c.turn_no, events.c.seq)
 )
 _ADD_EVENTS = insert(events)
 _ADD_USAGE = insert(usage)
@@ -123,7 +127,7 @@ class SessionView:
 def load_session(conn: Connection, *, session_id: int) -> SessionView:
     """Load a session, its run's settings and its events in log order."""
     row = conn.execute(_SESSION, {"session_id": session_id}).one()
-    log = read_log(conn, session_id=session_id)
+    log = conn.execute(_LOG, {"session_id": session_id}).all()
     current = [e.seq for e in log if e.turn_no == row.next_turn]
     return SessionView(
         id=row.id,
