@@ -147,6 +147,8 @@ class RedisBrokerProbe:
         # handed back: it is forgotten.
         now = time.time()
         silent, last_beat, forgotten = 0, None, []
+        # A worker killed on this host is known dead at once, not after ``silence_s``.
+        gone = set(dead_owners((key.decode() for key in beats), host=self.host))
         for key, at in beats.items():
             owner = key.decode()
             if owner == self.owner:
@@ -156,21 +158,12 @@ class RedisBrokerProbe:
             age_s = now - beat_at
             if age_s > FORGET_AFTER_S:
                 forgotten.append(key)
-            elif age_s > self.silence_s or self._gone(owner):
+            elif age_s > self.silence_s or owner in gone:
                 silent += 1
                 last_beat = beat_at if last_beat is None else max(last_beat, beat_at)
         if forgotten:
             self.client.hdel(self.workers_key, *forgotten)
         return silent, None if last_beat is None else last_beat + self.beat_s
-
-    def _gone(self, owner: str) -> bool:
-        """Whether ``owner`` (``host:pid``) is a process of this host that no longer runs.
-
-        A worker killed here is known dead at once, not after ``silence_s``. A pid reused
-        since is taken for alive: that worker falls silent instead.
-        """
-        host, _, pid = owner.rpartition(":")
-        return host == self.host and pid.isdigit() and not psutil.pid_exists(int(pid))
 
     def close(self) -> None:
         """Close the connections."""
@@ -184,3 +177,19 @@ def _ids(messages: Iterable[bytes]) -> list[str]:
         if match is not None:
             found.append(match.group(1).decode())
     return found
+
+
+def dead_owners(owners: Iterable[str], *, host: str) -> list[str]:
+    """The owners (``host:pid``, of leases or heartbeats) that are processes of ``host``
+    no longer running.
+
+    A worker killed on this host is known dead at once: its leases are taken over instead
+    of lapsing, and its heartbeat counts as silent. A pid reused since is taken for alive:
+    that lease then lapses on its own, and that worker falls silent.
+    """
+    dead = []
+    for owner in owners:
+        owner_host, _, pid = owner.rpartition(":")
+        if owner_host == host and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            dead.append(owner)
+    return dead

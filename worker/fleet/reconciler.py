@@ -25,12 +25,9 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-import psutil
-
-from worker.fleet.broker import BrokerProbe, BrokerView
+from worker.fleet.broker import BrokerProbe, BrokerView, dead_owners
 from worker.fleet.runtime import Runtime
 from worker.store import cache_alarm, lifecycle
 
@@ -124,20 +121,6 @@ class Reconciler:
 def reconcile_once(rt: Runtime) -> int:
     """One pass by delays alone (no broker probe); returns how many tasks were sent."""
     return Reconciler(rt).run_once()
-
-
-def dead_owners(owners: Iterable[str], *, host: str) -> list[str]:
-    """The lease owners (``host:pid``) that are processes of ``host`` no longer running.
-
-    A worker killed on this host loses its leases at once instead of when they lapse. A
-    pid reused since is taken for alive: that lease then lapses on its own.
-    """
-    dead = []
-    for owner in owners:
-        owner_host, _, pid = owner.rpartition(":")
-        if owner_host == host and pid.isdigit() and not psutil.pid_exists(int(pid)):
-            dead.append(owner)
-    return dead
 
 
 class ReconcilerThread(threading.Thread):
