@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, case, func, insert, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from worker.states import TERMINAL, Outcome, RunStatus, SessionStatus, WaveStatus
@@ -55,23 +56,61 @@ class Dispatch:
     """Send it this many seconds from now (a first turn held back to warm the cache)."""
 
 
-#: Takes a turn's lease (see :func:`_take_lease`); built once, as a turn runs it every time.
-_CLAIM_TURN = (
-    update(sessions)
-    .where(
-        sessions.c.id == bindparam("b_session_id"),
-        sessions.c.next_turn == bindparam("b_turn_no"),
-        sessions.c.status == SessionStatus.running.value,
-        sessions.c.lease_expires_at.is_(None) | (sessions.c.lease_expires_at < bindparam("b_now")),
+def _take_lease(*conditions: ColumnElement[bool], **values: Any) -> Update:
+    """The statement that moves the lease of the session ``conditions`` pick to an owner
+    (bound as ``b_owner``, until ``b_expires_at``), if it is free at ``b_now``.
+
+    A lease is free when no one holds it or it lapsed; taking it bumps the epoch, which
+    fences whoever held it before. Built once per kind of claim: a turn runs it every time.
+    """
+    return (
+        update(sessions)
+        .where(
+            *conditions,
+            sessions.c.lease_expires_at.is_(None)
+            | (sessions.c.lease_expires_at < bindparam("b_now")),
+        )
+        .values(
+            lease_epoch=sessions.c.lease_epoch + 1,
+            lease_owner=bindparam("b_owner", type_=sessions.c.lease_owner.type),
+            lease_expires_at=bindparam("b_expires_at", type_=sessions.c.lease_expires_at.type),
+            **values,
+        )
+        .returning(sessions.c.lease_epoch, sessions.c.turn_attempts, sessions.c.dispatched_at)
     )
-    .values(
-        lease_epoch=sessions.c.lease_epoch + 1,
-        lease_owner=bindparam("b_owner", type_=sessions.c.lease_owner.type),
-        lease_expires_at=bindparam("b_expires_at", type_=sessions.c.lease_expires_at.type),
-        turn_attempts=sessions.c.turn_attempts + 1,
-    )
-    .returning(sessions.c.lease_epoch, sessions.c.turn_attempts, sessions.c.dispatched_at)
+
+
+_CLAIM_TURN = _take_lease(
+    sessions.c.id == bindparam("b_session_id"),
+    sessions.c.next_turn == bindparam("b_number"),
+    sessions.c.status == SessionStatus.running.value,
+    turn_attempts=sessions.c.turn_attempts + 1,
 )
+_CLAIM_VERIFICATION = _take_lease(
+    sessions.c.id == bindparam("b_session_id"),
+    sessions.c.repair_round == bindparam("b_number"),
+    sessions.c.status == SessionStatus.verifying.value,
+)
+
+
+def _claim(
+    conn: Connection,
+    statement: Update,
+    *,
+    session_id: int,
+    number: int,
+    owner: str,
+    now: datetime,
+    expires_at: datetime,
+) -> Row[Any] | None:
+    params = {
+        "b_session_id": session_id,
+        "b_number": number,
+        "b_now": now,
+        "b_owner": owner,
+        "b_expires_at": expires_at,
+    }
+    return conn.execute(statement, params).first()
 
 
 def claim_turn(
@@ -83,16 +122,15 @@ def claim_turn(
     lease is held by a live worker. That is how duplicated and late turn tasks do nothing.
     """
     expires_at = now + timedelta(seconds=ttl_s)
-    row = conn.execute(
+    row = _claim(
+        conn,
         _CLAIM_TURN,
-        {
-            "b_session_id": session_id,
-            "b_turn_no": turn_no,
-            "b_now": now,
-            "b_owner": owner,
-            "b_expires_at": expires_at,
-        },
-    ).first()
+        session_id=session_id,
+        number=turn_no,
+        owner=owner,
+        now=now,
+        expires_at=expires_at,
+    )
     if row is None:
         return None
     return Claim(
@@ -119,11 +157,11 @@ def claim_verification(
     worker holds the lease. Only the holder may record the verdict.
     """
     expires_at = now + timedelta(seconds=ttl_s)
-    row = _take_lease(
+    row = _claim(
         conn,
-        sessions.c.id == session_id,
-        sessions.c.repair_round == round_no,
-        sessions.c.status == SessionStatus.verifying.value,
+        _CLAIM_VERIFICATION,
+        session_id=session_id,
+        number=round_no,
         owner=owner,
         now=now,
         expires_at=expires_at,
@@ -131,35 +169,6 @@ def claim_verification(
     if row is None:
         return None
     return Claim(session_id, round_no, row.lease_epoch, row.turn_attempts, expires_at)
-
-
-def _take_lease(
-    conn: Connection,
-    *conditions: ColumnElement[bool],
-    owner: str,
-    now: datetime,
-    expires_at: datetime,
-    **values: Any,
-) -> Row[Any] | None:
-    """Move the lease of the session ``conditions`` pick to ``owner``, if it is free.
-
-    A lease is free when no one holds it or it lapsed; taking it bumps the epoch, which
-    fences whoever held it before.
-    """
-    return conn.execute(
-        update(sessions)
-        .where(
-            *conditions,
-            (sessions.c.lease_expires_at.is_(None)) | (sessions.c.lease_expires_at < now),
-        )
-        .values(
-            lease_epoch=sessions.c.lease_epoch + 1,
-            lease_owner=owner,
-            lease_expires_at=expires_at,
-            **values,
-        )
-        .returning(sessions.c.lease_epoch, sessions.c.turn_attempts, sessions.c.dispatched_at)
-    ).first()
 
 
 def release_verification(
