@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DisconnectionError
@@ -30,6 +31,20 @@ SQLITE_BUSY_TIMEOUT_S = 60
 #: Seconds a new PostgreSQL connection may take (unless the URL says) before it fails, so
 #: that an unreachable server is reported instead of waited on.
 PG_CONNECT_TIMEOUT_S = 10
+#: JSON columns are (de)serialised by orjson: a turn decodes its whole event log, pages
+#: included, and the standard library's decoder made that the part of a turn that grows.
+#: Keys that are not strings are written as strings, as ``json.dumps`` does.
+_JSON_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def _json_bytes(value: Any) -> bytes:
+    """JSON for psycopg, which sends bytes as they are."""
+    return orjson.dumps(value, option=_JSON_OPTIONS)
+
+
+def _json_text(value: Any) -> str:
+    """JSON for SQLite, which stores text."""
+    return orjson.dumps(value, option=_JSON_OPTIONS).decode()
 
 
 def utcnow() -> datetime:
@@ -79,6 +94,8 @@ def make_engine(settings: Settings, *, threads: int | None = None) -> Engine:
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S},
+            json_serializer=_json_text,
+            json_deserializer=orjson.loads,
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_timeout=settings.db_pool_timeout_s,
@@ -94,6 +111,8 @@ def make_engine(settings: Settings, *, threads: int | None = None) -> Engine:
     engine = create_engine(
         url,
         connect_args=connect_args,
+        json_serializer=_json_bytes,
+        json_deserializer=orjson.loads,
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_timeout=settings.db_pool_timeout_s,
