@@ -118,9 +118,12 @@ class RecordingDispatcher:
 
 
 @pytest.fixture
-def runtime(settings: Settings, engine: Engine) -> Runtime:
+def runtime(settings: Settings, engine: Engine) -> Iterator[Runtime]:
     """A runtime whose dispatches are recorded, not sent."""
-    return Runtime(settings=settings, engine=engine, dispatcher=RecordingDispatcher())
+    rt = Runtime(settings=settings, engine=engine, dispatcher=RecordingDispatcher())
+    yield rt
+    if rt.lease_engine is not None and rt.lease_engine is not engine:
+        rt.lease_engine.dispose()
 
 
 class WorkerProcess:

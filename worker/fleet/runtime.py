@@ -21,7 +21,7 @@ from worker.models.pricing import PriceTable
 from worker.models.registry import Providers
 from worker.settings import Settings
 from worker.store import lifecycle
-from worker.store.engine import utcnow
+from worker.store.engine import make_engine, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,10 @@ class Runtime:
     clock: Callable[[], datetime] = utcnow
     observer: TurnObserver | None = None
     """Told about every turn (the worker's metrics), if set."""
+    lease_engine: Engine | None = None
+    """Where leases are renewed. By default, on PostgreSQL, a connection of their own: in
+    a saturated worker the task threads queue for the shared pool for seconds, and a lease
+    renewed late lapses under a live worker, whose turn is then taken over and sent again."""
 
     def __post_init__(self) -> None:
         if self.prices is None:
@@ -72,8 +76,12 @@ class Runtime:
     @cached_property
     def leases(self) -> LeaseKeeper:
         """Renews the leases of this process's work in flight."""
+        if self.lease_engine is None:
+            self.lease_engine = (
+                self.engine if self.settings.is_sqlite else make_engine(self.settings, pool=(1, 0))
+            )
         return LeaseKeeper(
-            engine=self.engine,
+            engine=self.lease_engine,
             owner=self.owner,
             ttl_s=self.settings.lease_ttl_s,
             renew_s=self.settings.lease_renew_s,

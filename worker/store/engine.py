@@ -60,8 +60,8 @@ _IDLE_SINCE = "swarm_idle_since"
 #: Connections a process keeps open, unless ``SWARM_DB_POOL_SIZE`` says.
 DEFAULT_POOL_SIZE = 5
 #: Overflow connections at the least and at the most, unless ``SWARM_DB_MAX_OVERFLOW`` says:
-#: three workers at their largest (30 connections each) leave ten of PostgreSQL's default
-#: ``max_connections`` of 100 to the scheduler and Flower.
+#: three workers at their largest (30 connections each, and one for their leases) leave
+#: seven of PostgreSQL's default ``max_connections`` of 100 to the scheduler and Flower.
 MIN_OVERFLOW = 15
 MAX_OVERFLOW = 25
 #: Worker threads per overflow connection: a thread holds a connection only between model
@@ -82,14 +82,19 @@ def pool_sizes(settings: Settings, threads: int | None = None) -> tuple[int, int
     return size, min(max(overflow, MIN_OVERFLOW), MAX_OVERFLOW)
 
 
-def make_engine(settings: Settings, *, threads: int | None = None) -> Engine:
+def make_engine(
+    settings: Settings, *, threads: int | None = None, pool: tuple[int, int] | None = None
+) -> Engine:
     """Create the engine for ``settings.database_url``, for ``threads`` concurrent tasks.
+
+    ``pool`` (size, overflow) overrides the pool sized to the threads: ``(1, 0)`` is one
+    connection for a thread that must never queue behind the others.
 
     SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` transactions, so that
     concurrent writer threads queue on the lock instead of failing on upgrade.
     """
     url = settings.database_url
-    pool_size, max_overflow = pool_sizes(settings, threads)
+    pool_size, max_overflow = pool or pool_sizes(settings, threads)
     if settings.is_sqlite:
         engine = create_engine(
             url,

@@ -10,13 +10,15 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine, select, text
 
-from tests.conftest import WorkerProcess
+from tests.conftest import RecordingDispatcher, WorkerProcess
 from tests.factories import make_run
 from worker.celery import create_app
 from worker.errors import TransientError
 from worker.fleet.dispatch import TURN_TASK
+from worker.fleet.runtime import Runtime
 from worker.settings import Settings
-from worker.store.engine import pool_sizes
+from worker.store.engine import make_engine, pool_sizes, utcnow
+from worker.store.lifecycle import claim_turn
 from worker.store.tables import sessions
 
 pytestmark = pytest.mark.services
@@ -112,3 +114,34 @@ def test_a_turn_that_waits_too_long_for_a_connection_is_retried(
         assert task.run(session_id=sid, turn_no=0) == "committed"
     finally:
         app.runtime.engine.dispose()
+
+
+def test_leases_are_renewed_while_the_task_threads_hold_every_connection(
+    settings: Settings, engine: Engine
+) -> None:
+    # Given a process whose one pooled connection is held, as a saturated worker's are
+    tight = settings.model_copy(
+        update={"db_pool_size": 1, "db_max_overflow": 0, "db_pool_timeout_s": 0.2}
+    )
+    rt = Runtime(settings=tight, engine=make_engine(tight), dispatcher=RecordingDispatcher())
+    _, (sid,) = make_run(engine)
+    with engine.begin() as conn:
+        claim = claim_turn(conn, session_id=sid, turn_no=0, owner=rt.owner, now=utcnow(), ttl_s=1.0)
+    assert claim is not None
+    held = rt.engine.connect()
+    try:
+        # When the process renews the lease of its turn in flight
+        with rt.leases.hold(sid, claim.epoch):
+            renewed = rt.leases.renew()
+    finally:
+        held.close()
+        rt.engine.dispose()
+        assert rt.lease_engine is not None
+        rt.lease_engine.dispose()
+    # Then it renewed it on a connection of its own, for a whole TTL from now
+    assert renewed == 1
+    with engine.connect() as conn:
+        expires_at = conn.execute(
+            select(sessions.c.lease_expires_at).where(sessions.c.id == sid)
+        ).scalar_one()
+    assert expires_at > claim.expires_at
