@@ -1,10 +1,11 @@
 # ruff: noqa: T201
 """CPU, memory and overhead of one worker as concurrency grows: 1x100, 1x500, 1x1000.
 
-For each size N, a fresh ``celery -A worker worker -P threads -c N`` process on real
-PostgreSQL and Redis runs one wave of N ``sim`` sessions (fixed mean latency, static
-verification). Printed per size: wall time and wall ÷ model floor (the floor is the
-longest session's turns times the sim latency), peak worker RSS and RSS per session, worker
+For each shape (N, or W waves of N: ``WxN``), a fresh ``celery -A worker worker -P threads
+-c N`` process on real PostgreSQL and Redis runs the waves of ``sim`` sessions (fixed mean
+latency, static verification). Printed per shape: wall time and wall ÷ model floor (the
+floor is, wave by wave, the longest session's turns times the sim latency), peak worker RSS
+and RSS per concurrent session, worker
 CPU per turn and PostgreSQL CPU per turn (the backends serving the bench's database),
 the turn overhead p50/p99 from the timing ledger, and duplicate turn tasks. The sim's page
 generation is timed apart, in this process, since it is the stand-in model's cost and not
@@ -12,6 +13,7 @@ the runtime's.
 
     python -m ops.bench.scale                                  # 100, 500, 1000 at 5 s
     python -m ops.bench.scale --sizes 100,500 --sim-latency-ms 5000 --repeat 2
+    python -m ops.bench.scale --sizes 10x10 --sim-latency-ms 1500 --repeat 3
 
 It creates (and drops) its own database ``swarm_bench_<hex>`` and flushes its Redis db.
 """
@@ -126,15 +128,16 @@ def _ledger(engine: Engine, run_id: int) -> tuple[float | None, float | None, in
 
 
 def measure(
-    rt: Runtime, *, size: int, seed: int, latency_ms: int, idle_s: float, timeout_s: float
+    rt: Runtime, *, shape: WaveSpec, seed: int, latency_ms: int, idle_s: float, timeout_s: float
 ) -> dict[str, Any]:
-    """One run of one wave of ``size`` sessions on a fresh worker."""
+    """One run of ``shape``'s waves on a fresh worker with a thread per concurrent session."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
     env.update(
         SWARM_DATABASE_URL=rt.settings.database_url,
         SWARM_BROKER_URL=rt.settings.broker_url,
         SWARM_VERIFIER="static",
     )
+    size = shape.size
     worker = Worker(env, 0.25, concurrency=size)
     database = rt.engine.url.database or ""
     try:
@@ -145,7 +148,7 @@ def measure(
         cpu0 = proc.cpu_times()
         pg = PostgresCpu(database).start()
         started = time.monotonic()
-        config = RunConfig(waves=f"1x{size}", seed=seed, sim_latency_ms=latency_ms)
+        config = RunConfig(waves=f"{shape.waves}x{size}", seed=seed, sim_latency_ms=latency_ms)
         run_id, figures = run_to_end(rt, config, timeout_s=timeout_s)
         wall_s = time.monotonic() - started
         cpu1 = proc.cpu_times()
@@ -155,13 +158,18 @@ def measure(
         worker.stop()
     with rt.engine.connect() as conn:
         per_session = (
-            select(func.count().label("turns"))
-            .select_from(usage)
+            select(sessions.c.wave_id, func.count().label("turns"))
+            .select_from(usage.join(sessions, usage.c.session_id == sessions.c.id))
             .where(usage.c.run_id == run_id)
-            .group_by(usage.c.session_id)
+            .group_by(sessions.c.wave_id, usage.c.session_id)
             .subquery()
         )
-        longest = conn.execute(select(func.max(per_session.c.turns))).scalar() or 0
+        per_wave = (
+            select(func.max(per_session.c.turns).label("longest"))
+            .group_by(per_session.c.wave_id)
+            .subquery()
+        )
+        longest = int(conn.execute(select(func.sum(per_wave.c.longest))).scalar() or 0)
         pages = conn.execute(
             select(func.count())
             .select_from(artifact_versions.join(artifacts).join(sessions))
@@ -172,6 +180,7 @@ def measure(
     p50, p99, dup = _ledger(rt.engine, run_id)
     worker_cpu_s = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
     return {
+        "shape": f"{shape.waves}x{size}",
         "size": size,
         "run": run_id,
         "wall_s": round(wall_s, 2),
@@ -203,7 +212,7 @@ def line(f: dict[str, Any], page_ms: float) -> str:
     sim_cpu = page_ms * f["pages"] / max(f["turns"], 1)
     cpu = f["worker_cpu_ms_per_turn"]
     return (
-        f"1x{f['size']:<5} {f['succeeded']:g}/{f['total']:g} ok, {f['turns']:g} turns, "
+        f"{f['shape']:<7} {f['succeeded']:g}/{f['total']:g} ok, {f['turns']:g} turns, "
         f"wall {f['wall_s']:.1f} s = {_fmt(f['floor_ratio'], '.2f')}x floor, "
         f"peak {f['peak_mib']:.1f} MiB (+{f['mib_per_session']:.3f} MiB/session), "
         f"worker CPU {cpu:.2f} ms/turn ({cpu - sim_cpu:.2f} without sim pages), "
@@ -214,7 +223,11 @@ def line(f: dict[str, Any], page_ms: float) -> str:
 
 
 @click.command(context_settings={"show_default": True})
-@click.option("--sizes", default="100,500,1000", help="Concurrent sessions, one run each.")
+@click.option(
+    "--sizes",
+    default="100,500,1000",
+    help="Shapes, one run each: N (one wave of N sessions) or WxN (W waves of N).",
+)
 @click.option("--repeat", type=click.IntRange(min=1), default=1, help="Runs of each size.")
 @click.option("--seed", type=int, default=7)
 @click.option("--sim-latency-ms", type=click.IntRange(min=0), default=5000)
@@ -233,25 +246,25 @@ def main(
     """Measure CPU, memory and overhead per turn at growing concurrency."""
     out = sys.stderr if as_json else sys.stdout
     try:
-        counts = [WaveSpec.parse(s).size for s in sizes.split(",") if s.strip()]
+        shapes = {s.strip(): WaveSpec.parse(s.strip()) for s in sizes.split(",") if s.strip()}
     except Exception as exc:
         raise click.BadParameter(str(exc), param_hint="--sizes") from None
     page_ms = page_generation_ms()
     print(f"sim page generation: {page_ms:.2f} ms per page (the stand-in model's)", file=out)
-    reps: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    reps: dict[str, list[dict[str, Any]]] = {name: [] for name in shapes}
     try:
         with bench_runtime(pg_admin_url, redis_url) as rt:
             for _ in range(repeat):
-                for n in counts:
+                for name, shape in shapes.items():
                     f = measure(
                         rt,
-                        size=n,
+                        shape=shape,
                         seed=seed,
                         latency_ms=sim_latency_ms,
                         idle_s=idle_s,
                         timeout_s=timeout_s,
                     )
-                    reps[n].append(f)
+                    reps[name].append(f)
                     print(line(f, page_ms), file=out, flush=True)
                     print_alerts(f, out)
     except KeyboardInterrupt:
@@ -269,12 +282,12 @@ def main(
         return
     print(f"\nmedians of {repeat} run(s), sim latency {sim_latency_ms} ms")
     print(
-        f"{'size':>6} {'wall/floor':>10} {'peak MiB':>9} {'MiB/sess':>9} {'wkr ms/turn':>11} "
+        f"{'shape':>7} {'wall/floor':>10} {'peak MiB':>9} {'MiB/sess':>9} {'wkr ms/turn':>11} "
         f"{'pg ms/turn':>10} {'ovh p50':>8} {'ovh p99':>8} {'dup':>5}"
     )
     for n, m in medians.items():
         print(
-            f"{n:>6} {_fmt(m['floor_ratio'], '.2f'):>10} {m['peak_mib']:>9.1f} "
+            f"{n:>7} {_fmt(m['floor_ratio'], '.2f'):>10} {m['peak_mib']:>9.1f} "
             f"{m['mib_per_session']:>9.3f} {m['worker_cpu_ms_per_turn']:>11.2f} "
             f"{m['pg_cpu_ms_per_turn']:>10.2f} {_fmt(m['overhead_p50_ms']):>8} "
             f"{_fmt(m['overhead_p99_ms']):>8} {_fmt(m['duplicates']):>5}"
