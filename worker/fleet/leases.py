@@ -14,11 +14,39 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, tuple_, update
+from sqlalchemy import BigInteger, Engine, Integer, bindparam, func, select, tuple_, update
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.sql.dml import Update
 
 from worker.store.tables import sessions
 
 logger = logging.getLogger(__name__)
+
+_HELD = (
+    func.unnest(
+        bindparam("b_ids", type_=ARRAY(BigInteger)), bindparam("b_epochs", type_=ARRAY(Integer))
+    )
+    .table_valued("id", "epoch")
+    .render_derived(name="held")
+)
+#: PostgreSQL's renewal: the held leases by primary key, skipping the rows another
+#: transaction has locked. A turn's commit locks its session row until it commits, and
+#: then lets the lease go; waiting for it would hold the rows already renewed locked in
+#: turn, and at hundreds of leases a renewal queued behind one commit after another for
+#: seconds, while every claim and commit queued behind the renewal.
+_RENEW_PG = (
+    update(sessions)
+    .where(
+        sessions.c.id.in_(
+            select(sessions.c.id)
+            .join(_HELD, (_HELD.c.id == sessions.c.id) & (_HELD.c.epoch == sessions.c.lease_epoch))
+            .where(sessions.c.lease_owner == bindparam("b_owner"))
+            .with_for_update(skip_locked=True, of=sessions)
+            .scalar_subquery()
+        )
+    )
+    .values(lease_expires_at=bindparam("b_expires_at", type_=sessions.c.lease_expires_at.type))
+)
 
 
 class LeaseKeeper:
@@ -72,20 +100,28 @@ class LeaseKeeper:
             return dict(self._held)
 
     def renew(self) -> int:
-        """Extend every lease still held by this process; returns how many were renewed."""
+        """Extend every lease still held by this process; returns how many were renewed.
+
+        On PostgreSQL a session row that another transaction holds locked is skipped, not
+        waited for: that is the turn committing, which lets the lease go as it commits.
+        """
         held = self.held()
         if not held:
             return 0
         expires_at = self.clock() + timedelta(seconds=self.ttl_s)
         with self.engine.begin() as conn:
-            result = conn.execute(
-                update(sessions)
-                .where(
-                    tuple_(sessions.c.id, sessions.c.lease_epoch).in_(list(held.items())),
-                    sessions.c.lease_owner == self.owner,
+            if conn.dialect.name == "postgresql":
+                result = conn.execute(
+                    _RENEW_PG,
+                    {
+                        "b_ids": list(held),
+                        "b_epochs": list(held.values()),
+                        "b_owner": self.owner,
+                        "b_expires_at": expires_at,
+                    },
                 )
-                .values(lease_expires_at=expires_at)
-            )
+            else:  # SQLite: one writer at a time, nothing to skip
+                result = conn.execute(_renew_rows(held, self.owner, expires_at))
         return int(result.rowcount)
 
     def stop(self) -> None:
@@ -103,3 +139,14 @@ class LeaseKeeper:
                 self.renew()
             except Exception:  # the database may be restarting; a lease outlives a few misses
                 logger.warning("could not renew %d lease(s)", len(self.held()), exc_info=True)
+
+
+def _renew_rows(held: dict[int, int], owner: str, expires_at: datetime) -> Update:
+    return (
+        update(sessions)
+        .where(
+            tuple_(sessions.c.id, sessions.c.lease_epoch).in_(list(held.items())),
+            sessions.c.lease_owner == owner,
+        )
+        .values(lease_expires_at=expires_at)
+    )
