@@ -21,7 +21,7 @@ from worker.fleet.sampler import Role
 from worker.models.pricing import PriceTable
 from worker.states import TERMINAL, RunStatus, SessionStatus
 from worker.store.engine import run_listener, utcnow
-from worker.store.tables import samples, sessions
+from worker.store.tables import runs, samples, sessions
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,10 @@ logger = logging.getLogger(__name__)
 FINAL_RUN_STATES = frozenset({RunStatus.finished, RunStatus.cancelled, RunStatus.stopped})
 #: Longest wait between two looks at the database (notifications usually come sooner).
 REFRESH_S = 0.5
+#: Shortest time between two computations of the figures a live progress bar shows: they
+#: read every usage and timing row of the run, which at a thousand sessions costs the
+#: database more than the run's own turns if done on every notification.
+DISPLAY_REFRESH_S = 2.0
 #: Seconds ``enqueue --follow`` lets due work go unclaimed before it says no worker runs.
 DEFAULT_STALL_AFTER_S = 30.0
 #: A worker process that wrote a resource sample this recently counts as alive.
@@ -68,21 +72,37 @@ def until_finished(
     watch = _StallWatch(run_id, stall_after_s) if stall_after_s else None
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     progress = RunProgress(Console(stderr=True)) if show else nullcontext(None)
+    shown_at: float | None = None
     with run_listener(engine) as listener, progress as update:
         while True:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} did not end within {timeout_s:g}s")
+            # Each look reads the run's row; the figures only when they are shown, at most
+            # every DISPLAY_REFRESH_S, and once the run has ended.
             with engine.connect() as conn:
-                figures = run_figures(conn, run_id, prices=prices)
+                ended = _ended(conn, run_id)
+                due = shown_at is None or time.monotonic() - shown_at >= DISPLAY_REFRESH_S
+                figures = (
+                    run_figures(conn, run_id, prices=prices)
+                    if ended or (update is not None and due)
+                    else None
+                )
                 claims = _claims(conn, run_id, now=utcnow()) if watch is not None else None
-            if update is not None:
+            if update is not None and figures is not None:
                 update(figures)
+                shown_at = time.monotonic()
             # A cancelled run is over once the turns it had in flight have ended too.
-            if figures.status in FINAL_RUN_STATES and figures.finished_at is not None:
+            if ended and figures is not None:
                 return figures
             if watch is not None and claims is not None:
                 watch.check(claims, now_s=time.monotonic(), live_roles=lambda: _live(engine))
             listener.wait(REFRESH_S)
+
+
+def _ended(conn: Connection, run_id: int) -> bool:
+    """Whether the run is over: in a final state, with its last turns in flight ended."""
+    row = conn.execute(select(runs.c.status, runs.c.finished_at).where(runs.c.id == run_id)).one()
+    return RunStatus(row.status) in FINAL_RUN_STATES and row.finished_at is not None
 
 
 class Claims(NamedTuple):
