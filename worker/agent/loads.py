@@ -25,7 +25,7 @@ browser's network cut, which sees every request actually made, has the final wor
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cache
 from html.parser import HTMLParser
 from typing import TYPE_CHECKING
@@ -95,7 +95,7 @@ _MAX_DEPTH = 3
 
 
 def network_loads(html: str) -> list[str]:
-    """Every remote load in ``html``, in document order, repeats included.
+    """Every remote load in ``html``, repeats included.
 
     Args:
         html: A whole page, or a fragment of markup.
@@ -170,20 +170,73 @@ def _html_loads(html: str, *, depth: int) -> list[str]:
 
 
 #: The nodes each grammar's scan looks at, found by tree-sitter's query engine (walking
-#: every node from Python would cost a few hundred milliseconds on a large page).
+#: every node from Python would cost a few hundred milliseconds on a large page). The
+#: JavaScript query keeps only the calls, constructions and assignments that load, and the
+#: strings that may hold markup or CSS, so a dashboard's thousands of other calls and
+#: strings never reach Python; the names strings are bound to are read only when a load's
+#: target is a name (``js_bindings``).
 _QUERIES = {
     "css": "(import_statement) @import (call_expression) @call",
-    "js": """
-        (variable_declarator) @bind (assignment_expression) @bind
-        (call_expression) @call (new_expression) @new (assignment_expression) @assign
+    "js": r"""
+        (call_expression
+          function: [(identifier) @name (member_expression property: (property_identifier) @name)]
+          (#any-of? @name "fetch" "importScripts" "open" "setAttribute" "sendBeacon")) @call
+        (call_expression function: (import)) @call
+        (new_expression
+          constructor: [
+            (identifier) @name (member_expression property: (property_identifier) @name)
+          ]
+          (#any-of? @name "WebSocket" "EventSource" "Worker" "SharedWorker" "Audio" "Request")) @new
+        (assignment_expression
+          left: [(identifier) @name (member_expression property: (property_identifier) @name)]
+          (#any-of? @name "src" "srcset" "poster")) @assign
         (import_statement) @import (export_statement) @import
-        (string) @string (template_string) @string
+        ([(string) (template_string)] @string (#match? @string "<[a-zA-Z]|url\\(|@import"))
     """,
+    "js_bindings": "(variable_declarator) @bind (assignment_expression) @bind",
 }
+#: What may follow a called name on the way to its ``(``: whitespace, then the ``(``, a
+#: ``?.`` or a comment (a name followed by a comment is taken as a call, unread).
+_CALL_GAP = r"[\s\ufeff]*(?:\(|\?\.|/[/*])"
+#: What a script that loads something contains, at the start of the load's name: every
+#: load the scan finds is a call of one of ``fetch``, ``importScripts``, ``open``,
+#: ``setAttribute`` or ``sendBeacon``, a construction or assignment naming one of the other
+#: words, an ``import`` or ``export``, or a string holding markup or CSS (the very test the
+#: scan applies to each string). A script in which none is found is not parsed at all; on a
+#: typical dashboard that skips the whole parse.
+_JS_HINTS = (
+    *("fetch", "import", "open", "setAttribute", "sendBeacon", "export", "WebSocket"),
+    *("EventSource", "SharedWorker", "Worker", "Audio", "Request", "src", "poster", "url("),
+    *("@import", "<"),
+)
+_JS_LOAD_RE = re.compile(
+    rf"\b(?:fetch|importScripts|open|setAttribute|sendBeacon){_CALL_GAP}"
+    r"|\b(?:import|export|WebSocket|EventSource|Worker|SharedWorker|Audio|Request|src|srcset"
+    r"|poster)\b|url\(|@import|" + _MARKUP_RE.pattern
+)
+#: What a stylesheet that loads something contains, lowercased (CSS ignores case there).
+_CSS_HINTS = ("url(", "image-set(", "@import")
+
+
+def _may_load_js(source: str) -> bool:
+    """Whether the script names anything that loads (a cheap look before a parse)."""
+    # Finding each word is a scan in C; the pattern is tried only where one is found.
+    for word in _JS_HINTS:
+        at = source.find(word)
+        while at >= 0:
+            if _JS_LOAD_RE.match(source, at):
+                return True
+            at = source.find(word, at + 1)
+    return False
+
+
+def _may_load_css(css: str) -> bool:
+    lowered = css.lower()
+    return any(word in lowered for word in _CSS_HINTS)
 
 
 @cache
-def _grammar(name: str) -> tuple[Parser, Query]:
+def _grammar(name: str) -> tuple[Parser, dict[str, Query]]:
     # Imported with the first page parsed, not with this module: every worker imports the
     # checks, and one that never judges a page need not load the grammars.
     import tree_sitter_css
@@ -192,15 +245,22 @@ def _grammar(name: str) -> tuple[Parser, Query]:
 
     module = tree_sitter_css if name == "css" else tree_sitter_javascript
     language = Language(module.language())
-    return Parser(language), Query(language, _QUERIES[name])
+    queries = {q: Query(language, _QUERIES[q]) for q in _QUERIES if q.startswith(name)}
+    return Parser(language), queries
 
 
-def _nodes(name: str, source: str) -> dict[str, list[Node]]:
-    """The nodes of ``source`` that the grammar's query captures, by capture name."""
+def _parse(name: str, source: str) -> Node:
+    parser, _ = _grammar(name)
+    return parser.parse(source.encode("utf-8")).root_node
+
+
+def _captures(name: str, query: str, root: Node) -> dict[str, list[Node]]:
+    """The nodes under ``root`` that one of the grammar's queries captures, by capture name,
+    each list in document order (the query engine's own order varies from call to call)."""
     from tree_sitter import QueryCursor
 
-    parser, query = _grammar(name)
-    return QueryCursor(query).captures(parser.parse(source.encode("utf-8")).root_node)
+    found = QueryCursor(_grammar(name)[1][query]).captures(root)
+    return {key: sorted(nodes, key=lambda n: n.start_byte) for key, nodes in found.items()}
 
 
 def _text(node: Node | None) -> str:
@@ -212,7 +272,9 @@ def _text(node: Node | None) -> str:
 
 def _css_loads(css: str, *, declarations: bool) -> Iterator[str]:
     """Remote ``url()``, ``image-set()`` and ``@import`` targets of a stylesheet or style."""
-    nodes = _nodes("css", f"a{{{css}}}" if declarations else css)
+    if not _may_load_css(css):
+        return
+    nodes = _captures("css", "css", _parse("css", f"a{{{css}}}" if declarations else css))
     for node in nodes.get("import", []):
         yield from _remote([_css_string(c) for c in node.named_children])
     for node in nodes.get("call", []):
@@ -243,8 +305,11 @@ def _remote(targets: list[str]) -> Iterator[str]:
 
 def _js_loads(source: str, *, depth: int) -> Iterator[str]:
     """Remote targets of the script's loading calls, and of markup or CSS in its strings."""
-    nodes = _nodes("js", source)
-    bindings = _string_bindings(nodes.get("bind", []))
+    if not _may_load_js(source):
+        return
+    root = _parse("js", source)
+    nodes = _captures("js", "js", root)
+    bindings = _Bindings(root)
     for node in nodes.get("call", []):
         yield from _call_loads(node, bindings)
     for node in nodes.get("new", []):
@@ -252,14 +317,28 @@ def _js_loads(source: str, *, depth: int) -> Iterator[str]:
     for node in nodes.get("import", []):
         yield from _remote(_leading(node.child_by_field_name("source"), bindings))
     for node in nodes.get("assign", []):
-        if _property(node.child_by_field_name("left")) in _LOADING_PROPERTIES:
-            yield from _remote(_leading(node.child_by_field_name("right"), bindings))
+        yield from _remote(_leading(node.child_by_field_name("right"), bindings))
     if depth < _MAX_DEPTH:
         for node in nodes.get("string", []):
             yield from _embedded_loads(_string_text(node), depth=depth + 1)
 
 
-def _call_loads(node: Node, bindings: dict[str, list[str]]) -> Iterator[str]:
+class _Bindings:
+    """Names bound to string expressions anywhere in a script (``const API = "https:…"``),
+    read from its tree the first time a load's target is a name."""
+
+    def __init__(self, root: Node) -> None:
+        self._root = root
+        self._names: dict[str, list[str]] | None = None
+
+    def get(self, name: str, default: list[str]) -> list[str]:
+        if self._names is None:
+            binds = _captures("js", "js_bindings", self._root).get("bind", [])
+            self._names = _string_bindings(binds)
+        return self._names.get(name, default)
+
+
+def _call_loads(node: Node, bindings: _Bindings) -> Iterator[str]:
     function = node.child_by_field_name("function")
     args = _arguments(node)
     name = _property(function) if function is not None else ""
@@ -275,7 +354,7 @@ def _call_loads(node: Node, bindings: dict[str, list[str]]) -> Iterator[str]:
         yield _text(node)
 
 
-def _new_loads(node: Node, bindings: dict[str, list[str]]) -> Iterator[str]:
+def _new_loads(node: Node, bindings: _Bindings) -> Iterator[str]:
     name = _property(node.child_by_field_name("constructor"))
     args = _arguments(node)
     if name == "WebSocket":
@@ -310,7 +389,7 @@ def _string_text(node: Node) -> str:
     return ""
 
 
-def _leading(node: Node | None, bindings: dict[str, list[str]]) -> list[str]:
+def _leading(node: Node | None, bindings: Mapping[str, list[str]] | _Bindings) -> list[str]:
     """The texts an expression can start with: its literal, or its left-most operand's."""
     if node is None:
         return []
