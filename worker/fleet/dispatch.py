@@ -29,6 +29,16 @@ class TaskSender(Protocol):
         ...
 
 
+class _Sent:
+    """What ``send_task`` hands back for a task whose result nobody reads."""
+
+    __slots__ = ("id", "ignored")
+
+    def __init__(self, task_id: str) -> None:
+        self.id = task_id
+        self.ignored = True
+
+
 class CeleryDispatcher:
     """Sends turn and verify tasks through a Celery app, with deterministic task ids."""
 
@@ -53,4 +63,10 @@ class CeleryDispatcher:
             # What Flower shows, given: Celery's own saferepr walks them in pure Python.
             argsrepr="()",
             kwargsrepr=repr(kwargs),
+            # Nobody reads a turn's result: no result backend, no AsyncResult, no trail on
+            # the sending task. Each of those builds a backend object per thread (per
+            # greenlet under gevent, so per task), about 5% of a busy worker's CPU.
+            ignore_result=True,
+            result_cls=_Sent,
+            add_to_parent=False,
         )
