@@ -220,14 +220,17 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def start_worker(settings: Settings) -> Iterator[Callable[..., WorkerProcess]]:
-    """Factory: start a worker on both queues (threads pool); all are stopped afterwards."""
+    """Factory: start a worker on both queues (threads pool unless ``pool`` says); all are
+    stopped afterwards."""
     started: list[WorkerProcess] = []
 
-    def start(*args: str, concurrency: int = 20, **env: str) -> WorkerProcess:
+    def start(
+        *args: str, concurrency: int = 20, pool: str = "threads", **env: str
+    ) -> WorkerProcess:
         name = f"test{len(started)}-{secrets.token_hex(3)}@%h"
         worker = WorkerProcess(
             service_env(settings, **env),
-            ["-Q", "sessions,verify", "-P", "threads", "-c", str(concurrency), "-n", name, *args],
+            ["-Q", "sessions,verify", "-P", pool, "-c", str(concurrency), "-n", name, *args],
         ).start()
         started.append(worker)
         return worker

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -80,6 +82,8 @@ class SwarmCelery(Celery):  # type: ignore[misc]
         self._runtime: Runtime | None = None
         #: Tasks this process runs at once, once a worker has said (sizes the engine's pool).
         self.concurrency: int | None = None
+        #: The CPU clock of a task, once a worker has said which pool runs them.
+        self.cpu_clock: Callable[[], float] = time.thread_time
         # Read the environment when the app is first configured, not at import time.
         self.add_defaults(lambda: celery_config(self.settings, fleet=self.fleet))
         self.steps["worker"].add(ReconcilerStep)
@@ -125,6 +129,7 @@ class SwarmCelery(Celery):  # type: ignore[misc]
                     settings=self.settings,
                     engine=make_engine(self.settings, threads=self.concurrency),
                     dispatcher=CeleryDispatcher(self),
+                    cpu_clock=self.cpu_clock,
                 )
             return self._runtime
 
@@ -135,10 +140,7 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         self.thread: ReconcilerThread | None = None
-        # Before anything builds the runtime: its pool is sized to the threads that share it
-        # (a prefork child runs one task at a time).
-        prefork = isinstance(worker.pool_cls, type) and issubclass(worker.pool_cls, PreforkPool)
-        worker.app.concurrency = 1 if prefork else worker.concurrency
+        _fit_to_pool(worker)
 
     def start(self, worker: Any) -> None:
         app: SwarmCelery = worker.app
@@ -158,6 +160,40 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def stop(self, worker: Any) -> None:
         if self.thread is not None:
             self.thread.stop()
+
+
+#: Reserved messages per task slot of a green pool. With one, a worker whose slots are all
+#: busy stops reading its queue, and once a slot frees it looks again only after its
+#: consumer's next pause (up to a second); with two it keeps one message ready per slot.
+GREEN_PREFETCH_MULTIPLIER = 2
+#: Broker connections a green worker may open beyond one per slot (its consumer, events).
+GREEN_SPARE_CONNECTIONS = 10
+
+
+def _fit_to_pool(worker: Any) -> None:
+    """Size what the worker's tasks share to its pool, before anything builds the runtime.
+
+    The database pool is sized to the tasks that share it (a prefork child runs one at a
+    time). A green pool (``-P gevent``) reads its queue ahead of its slots, may hold a
+    broker connection per slot, and its turns measure their CPU by greenlet: they all run
+    on one thread.
+    """
+    app: SwarmCelery = worker.app
+    prefork = isinstance(worker.pool_cls, type) and issubclass(worker.pool_cls, PreforkPool)
+    app.concurrency = 1 if prefork else worker.concurrency
+    if getattr(worker.pool_cls, "is_green", False):
+        worker.prefetch_multiplier = max(worker.prefetch_multiplier, GREEN_PREFETCH_MULTIPLIER)
+        if app.settings.broker_url.startswith(("redis://", "rediss://")):
+            # Every greenlet acks its own message and sends the next on the broker's
+            # connection pool (kombu's default holds 10): past that an ack fails, the
+            # consumer reconnects and every message in flight is delivered again.
+            options = app.conf.broker_transport_options
+            needed = worker.concurrency + GREEN_SPARE_CONNECTIONS
+            options["max_connections"] = max(options.get("max_connections") or 0, needed)
+        # Imported here: only a worker on a green pool loads greenlet.
+        from worker.fleet.greenlets import GreenletCpu
+
+        app.cpu_clock = GreenletCpu()
 
 
 def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:

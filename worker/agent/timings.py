@@ -1,13 +1,15 @@
 """Where a turn's time goes: a stopwatch of named phases, read into the turn's ledger row.
 
-Wall time comes from :func:`time.perf_counter`, CPU from :func:`time.thread_time` (the
-turn runs on one thread from claim to commit, so that is the CPU this turn cost the
-worker, whatever other turns the process runs meanwhile).
+Wall time comes from :func:`time.perf_counter`, CPU from the runtime's CPU clock: by
+default :func:`time.thread_time` (the turn runs on one thread from claim to commit, so that
+is the CPU this turn cost the worker, whatever other turns the process runs meanwhile);
+under a green pool, the CPU of the turn's own greenlet (:mod:`worker.fleet.greenlets`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,11 +22,16 @@ OVERHEAD_PHASES = tuple(p for p in PHASES if p != "model")
 
 @dataclass
 class TurnTimer:
-    """Milliseconds charged to each phase, lap after lap, and the thread's CPU since start."""
+    """Milliseconds charged to each phase, lap after lap, and the turn's CPU since start."""
 
     phases: dict[str, float] = field(default_factory=dict)
-    _cpu_started: float = field(default_factory=time.thread_time)
+    cpu_clock: Callable[[], float] = time.thread_time
+    """Seconds of CPU the running turn has used so far (any origin)."""
+    _cpu_started: float = field(init=False)
     _last: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        self._cpu_started = self.cpu_clock()
 
     def lap(self, phase: str) -> float:
         """Charge the time since the previous lap to ``phase``; returns that lap in ms."""
@@ -39,8 +46,8 @@ class TurnTimer:
         return self.phases.get(phase, 0.0)
 
     def cpu_ms(self) -> float:
-        """CPU milliseconds this thread used since the timer started."""
-        return (time.thread_time() - self._cpu_started) * 1000
+        """CPU milliseconds the turn used since the timer started."""
+        return (self.cpu_clock() - self._cpu_started) * 1000
 
     def row(
         self,

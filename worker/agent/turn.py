@@ -105,7 +105,7 @@ def _run_turn(
     rt: Runtime, session_id: int, turn_no: int, *, retries: int, model: Model | None
 ) -> TurnOutcome:
     started = time.monotonic()
-    timer = TurnTimer()
+    timer = TurnTimer(cpu_clock=rt.cpu_clock)
     claimed_at = rt.clock()
     with rt.engine.begin() as conn:
         claim = lifecycle.claim_turn(

@@ -60,6 +60,9 @@ class Runtime:
     """Defaults to the built-in table with the settings' price file on top."""
     owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     clock: Callable[[], datetime] = utcnow
+    cpu_clock: Callable[[], float] = time.thread_time
+    """CPU seconds the running task has used: its thread's, or under a green pool its
+    greenlet's (:class:`~worker.fleet.greenlets.GreenletCpu`)."""
     observer: TurnObserver | None = None
     """Told about every turn (the worker's metrics), if set."""
     lease_engine: Engine | None = None

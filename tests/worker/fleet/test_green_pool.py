@@ -1,0 +1,122 @@
+"""A worker on a green pool (``-P gevent``): whole runs, the browser, and CPU by greenlet."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import greenlet
+import psutil
+import pytest
+from sqlalchemy import Engine, func, select
+
+from scheduler.cli.follow import until_finished
+from tests.conftest import WorkerProcess
+from tests.factories import duplicates, enqueue
+from worker.fleet.greenlets import GreenletCpu
+from worker.settings import Settings
+from worker.store.tables import runs, sessions, turn_timings, verifications
+
+#: Seconds any whole run in these tests may take.
+RUN_TIMEOUT_S = 240
+#: CPU each greenlet burns in the clock's test.
+BURN_S = 0.05
+
+
+@pytest.fixture
+def clock() -> Iterator[GreenletCpu]:
+    previous = greenlet.gettrace()
+    yield GreenletCpu()
+    greenlet.settrace(previous)
+
+
+def _burn(seconds: float) -> None:
+    started = time.thread_time()
+    while time.thread_time() - started < seconds:
+        pass
+
+
+def test_each_greenlet_is_charged_its_own_cpu(clock: GreenletCpu) -> None:
+    # Given two greenlets of one thread that take turns burning CPU
+    seen: dict[str, float] = {}
+
+    def first() -> None:
+        start = clock()
+        _burn(BURN_S)
+        other.switch()  # the other burns while this one waits
+        _burn(BURN_S)
+        seen["first"] = clock() - start
+
+    def second() -> None:
+        start = clock()
+        _burn(3 * BURN_S)
+        one.switch()
+        seen["second"] = clock() - start
+
+    one, other = greenlet.greenlet(first), greenlet.greenlet(second)
+    # When both run to the end
+    one.switch()
+    other.switch()
+    # Then each was charged the CPU it burnt, not the other's
+    assert 2 * BURN_S <= seen["first"] < 3 * BURN_S
+    assert 3 * BURN_S <= seen["second"] < 4 * BURN_S
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_a_gevent_worker_runs_a_swarm_and_charges_each_turn_its_own_cpu(
+    settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # Given a worker whose tasks are greenlets of one thread, 200 slots
+    worker = start_worker(pool="gevent", concurrency=200)
+    assert worker.proc is not None
+    cpu_before = psutil.Process(worker.proc.pid).cpu_times()
+    # When a 2x40 run with a slow model is enqueued and followed to its end
+    run_id = enqueue(settings, "--wave", "2x40", "--sim-latency-ms", "300")
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    cpu_after = psutil.Process(worker.proc.pid).cpu_times()
+    # Then every session succeeded, and nothing was committed twice
+    assert status.sessions.succeeded == 80, status
+    assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
+    assert not worker.errors(), worker.errors()
+    # And no message was delivered twice: forty greenlets acking at once found a broker
+    # connection each, where kombu's default pool of ten would have failed their acks
+    assert not [line for line in worker.log if "Couldn't ack" in line]
+    with engine.connect() as conn:
+        sent_again = conn.execute(
+            select(runs.c.duplicate_turn_tasks).where(runs.c.id == run_id)
+        ).scalar_one()
+    assert sent_again == 0
+    # And the turns' CPU adds up to no more than the worker spent: each turn was charged its
+    # own greenlet's CPU, not that of the turns that ran while it waited for the model
+    with engine.connect() as conn:
+        turns_cpu_ms = conn.execute(
+            select(func.sum(turn_timings.c.cpu_ms)).where(turn_timings.c.run_id == run_id)
+        ).scalar_one()
+    worker_cpu_ms = 1000 * (
+        (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
+    )
+    assert 0 < turns_cpu_ms <= worker_cpu_ms
+
+
+@pytest.mark.services
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_gevent_worker_judges_pages_in_chromium(
+    settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # Given a gevent worker that judges artifacts in the browser
+    start_worker(pool="gevent", concurrency=50, SWARM_VERIFIER="browser")
+    # When a 1x3 run is followed to its end
+    run_id = enqueue(settings, "--wave", "1x3", "--sim-latency-ms", "20")
+    status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+    # Then every artifact passed in Chromium, with a screenshot
+    assert status.sessions.succeeded == 3, status
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(verifications.c.method, verifications.c.screenshot_png)
+            .join(sessions)
+            .where(sessions.c.run_id == run_id, verifications.c.passed)
+        ).all()
+    assert len(rows) == 3
+    assert all(r.method == "browser" and r.screenshot_png for r in rows)
