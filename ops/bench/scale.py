@@ -1,19 +1,20 @@
 # ruff: noqa: T201
 """CPU, memory and overhead of one worker as concurrency grows: 1x100, 1x500, 1x1000.
 
-For each shape (N, or W waves of N: ``WxN``), a fresh ``celery -A worker worker -P threads
--c N`` process on real PostgreSQL and Redis runs the waves of ``sim`` sessions (fixed mean
-latency, static verification). Printed per shape: wall time and wall ÷ model floor (the
-floor is, wave by wave, the longest session's turns times the sim latency), peak worker RSS
-and RSS per concurrent session, worker
-CPU per turn and PostgreSQL CPU per turn (the backends serving the bench's database),
-the turn overhead p50/p99 from the timing ledger, and duplicate turn tasks. The sim's page
-generation is timed apart, in this process, since it is the stand-in model's cost and not
-the runtime's.
+For each shape (N, or W waves of N: ``WxN``) and pool, a fresh ``celery -A worker worker -P
+POOL -c N`` process on real PostgreSQL and Redis runs the waves of ``sim`` sessions (fixed
+mean latency, static verification). Printed per shape and pool: wall time and wall ÷ model
+floor (the floor is, wave by wave, the longest session's turns times the sim latency), peak
+worker RSS and RSS per concurrent session, worker CPU per turn and PostgreSQL CPU per turn
+(the backends serving the bench's database), the turn overhead p50/p99 from the timing
+ledger, and duplicate turn tasks; with several pools, each one's figures over the last's.
+The sim's page generation is timed apart, in this process, since it is the stand-in model's
+cost and not the runtime's.
 
     python -m ops.bench.scale                                  # 100, 500, 1000 at 5 s
     python -m ops.bench.scale --sizes 100,500 --sim-latency-ms 5000 --repeat 2
     python -m ops.bench.scale --sizes 10x10 --sim-latency-ms 1500 --repeat 3
+    python -m ops.bench.scale --sizes 1000 --pools gevent,threads --sim-latency-ms 20000
 
 It creates (and drops) its own database ``swarm_bench_<hex>`` and flushes its Redis db.
 """
@@ -48,6 +49,16 @@ from worker.store.tables import artifact_versions, artifacts, runs, sessions, us
 
 #: Redis db used as the broker, flushed before and after.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/12"
+#: Pools the bench can start a worker on (``celery worker -P``).
+POOLS = ("gevent", "threads")
+#: Figures compared pool against pool.
+RATIO_KEYS = (
+    ("floor_ratio", "wall/floor"),
+    ("peak_mib", "peak MiB"),
+    ("worker_cpu_ms_per_turn", "worker ms/turn"),
+    ("pg_cpu_ms_per_turn", "pg ms/turn"),
+    ("overhead_p50_ms", "ovh p50"),
+)
 #: Figures of one size that the summary takes the median of.
 MEDIAN_KEYS = (
     "wall_s",
@@ -128,9 +139,16 @@ def _ledger(engine: Engine, run_id: int) -> tuple[float | None, float | None, in
 
 
 def measure(
-    rt: Runtime, *, shape: WaveSpec, seed: int, latency_ms: int, idle_s: float, timeout_s: float
+    rt: Runtime,
+    *,
+    shape: WaveSpec,
+    pool: str,
+    seed: int,
+    latency_ms: int,
+    idle_s: float,
+    timeout_s: float,
 ) -> dict[str, Any]:
-    """One run of ``shape``'s waves on a fresh worker with a thread per concurrent session."""
+    """One run of ``shape``'s waves on a fresh worker with a slot per concurrent session."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
     env.update(
         SWARM_DATABASE_URL=rt.settings.database_url,
@@ -138,7 +156,7 @@ def measure(
         SWARM_VERIFIER="static",
     )
     size = shape.size
-    worker = Worker(env, 0.25, concurrency=size)
+    worker = Worker(env, 0.25, concurrency=size, pool=pool)
     database = rt.engine.url.database or ""
     try:
         worker.wait_ready()
@@ -181,6 +199,7 @@ def measure(
     worker_cpu_s = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
     return {
         "shape": f"{shape.waves}x{size}",
+        "pool": pool,
         "size": size,
         "run": run_id,
         "wall_s": round(wall_s, 2),
@@ -212,7 +231,8 @@ def line(f: dict[str, Any], page_ms: float) -> str:
     sim_cpu = page_ms * f["pages"] / max(f["turns"], 1)
     cpu = f["worker_cpu_ms_per_turn"]
     return (
-        f"{f['shape']:<7} {f['succeeded']:g}/{f['total']:g} ok, {f['turns']:g} turns, "
+        f"{f['shape']:<7} {f['pool']:<7} {f['succeeded']:g}/{f['total']:g} ok, "
+        f"{f['turns']:g} turns, "
         f"wall {f['wall_s']:.1f} s = {_fmt(f['floor_ratio'], '.2f')}x floor, "
         f"peak {f['peak_mib']:.1f} MiB (+{f['mib_per_session']:.3f} MiB/session), "
         f"worker CPU {cpu:.2f} ms/turn ({cpu - sim_cpu:.2f} without sim pages), "
@@ -228,12 +248,18 @@ def line(f: dict[str, Any], page_ms: float) -> str:
     default="100,500,1000",
     help="Shapes, one run each: N (one wave of N sessions) or WxN (W waves of N).",
 )
+@click.option(
+    "--pools",
+    default="gevent",
+    help="Worker pools, each run on every shape in turn: gevent, threads (a thread a slot).",
+)
 @click.option("--repeat", type=click.IntRange(min=1), default=1, help="Runs of each size.")
 @click.option("--seed", type=int, default=7)
 @click.option("--sim-latency-ms", type=click.IntRange(min=0), default=5000)
 @service_options(DEFAULT_REDIS_URL)
 def main(
     sizes: str,
+    pools: str,
     repeat: int,
     seed: int,
     sim_latency_ms: int,
@@ -249,22 +275,28 @@ def main(
         shapes = {s.strip(): WaveSpec.parse(s.strip()) for s in sizes.split(",") if s.strip()}
     except Exception as exc:
         raise click.BadParameter(str(exc), param_hint="--sizes") from None
+    chosen = [p.strip() for p in pools.split(",") if p.strip()]
+    if not chosen or any(p not in POOLS for p in chosen):
+        raise click.BadParameter(f"pick from {', '.join(POOLS)}", param_hint="--pools")
     page_ms = page_generation_ms()
     print(f"sim page generation: {page_ms:.2f} ms per page (the stand-in model's)", file=out)
-    reps: dict[str, list[dict[str, Any]]] = {name: [] for name in shapes}
+    reps: dict[tuple[str, str], list[dict[str, Any]]] = {
+        (name, pool): [] for name in shapes for pool in chosen
+    }
     try:
         with bench_runtime(pg_admin_url, redis_url) as rt:
             for _ in range(repeat):
-                for name, shape in shapes.items():
+                for (name, pool), done in reps.items():
                     f = measure(
                         rt,
-                        shape=shape,
+                        shape=shapes[name],
+                        pool=pool,
                         seed=seed,
                         latency_ms=sim_latency_ms,
                         idle_s=idle_s,
                         timeout_s=timeout_s,
                     )
-                    reps[name].append(f)
+                    done.append(f)
                     print(line(f, page_ms), file=out, flush=True)
                     print_alerts(f, out)
     except KeyboardInterrupt:
@@ -278,20 +310,39 @@ def main(
         for n, rs in reps.items()
     }
     if as_json:
-        print(json.dumps({"page_ms": page_ms, "medians": medians, "runs": reps}, indent=2))
+        keyed = {f"{n} {p}": v for (n, p), v in medians.items()}
+        runs = {f"{n} {p}": v for (n, p), v in reps.items()}
+        print(json.dumps({"page_ms": page_ms, "medians": keyed, "runs": runs}, indent=2))
         return
     print(f"\nmedians of {repeat} run(s), sim latency {sim_latency_ms} ms")
     print(
-        f"{'shape':>7} {'wall/floor':>10} {'peak MiB':>9} {'MiB/sess':>9} {'wkr ms/turn':>11} "
-        f"{'pg ms/turn':>10} {'ovh p50':>8} {'ovh p99':>8} {'dup':>5}"
+        f"{'shape':>7} {'pool':>7} {'wall/floor':>10} {'peak MiB':>9} {'MiB/sess':>9} "
+        f"{'wkr ms/turn':>11} {'pg ms/turn':>10} {'ovh p50':>8} {'ovh p99':>8} {'dup':>5}"
     )
-    for n, m in medians.items():
+    for (n, pool), m in medians.items():
         print(
-            f"{n:>7} {_fmt(m['floor_ratio'], '.2f'):>10} {m['peak_mib']:>9.1f} "
+            f"{n:>7} {pool:>7} {_fmt(m['floor_ratio'], '.2f'):>10} {m['peak_mib']:>9.1f} "
             f"{m['mib_per_session']:>9.3f} {m['worker_cpu_ms_per_turn']:>11.2f} "
             f"{m['pg_cpu_ms_per_turn']:>10.2f} {_fmt(m['overhead_p50_ms']):>8} "
             f"{_fmt(m['overhead_p99_ms']):>8} {_fmt(m['duplicates']):>5}"
         )
+    if len(chosen) > 1:
+        print_ratios(medians, list(shapes), chosen)
+
+
+def print_ratios(
+    medians: dict[tuple[str, str], dict[str, Any]], shapes: list[str], pools: list[str]
+) -> None:
+    """Each pool's figures over the last pool's (the baseline), shape by shape."""
+    base = pools[-1]
+    print(f"\nratios against {base}, same run")
+    for name in shapes:
+        for pool in pools[:-1]:
+            cells = []
+            for key, label in RATIO_KEYS:
+                a, b = medians[(name, pool)][key], medians[(name, base)][key]
+                cells.append(f"{label} {_fmt(a / b if a is not None and b else None, '.3f')}")
+            print(f"{name:>7} {pool}/{base}: " + ", ".join(cells))
 
 
 if __name__ == "__main__":

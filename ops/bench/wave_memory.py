@@ -72,7 +72,9 @@ MEDIAN_KEYS = (
 class Worker:
     """A ``celery -A worker worker`` subprocess on both queues, its RSS sampled once ready."""
 
-    def __init__(self, env: dict[str, str], interval_s: float, concurrency: int = 100) -> None:
+    def __init__(
+        self, env: dict[str, str], interval_s: float, concurrency: int = 100, pool: str = "threads"
+    ) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -84,7 +86,7 @@ class Worker:
                 "-Q",
                 "sessions,verify",
                 "-P",
-                "threads",
+                pool,
                 "-c",
                 str(concurrency),
                 "--without-gossip",
