@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -100,6 +100,21 @@ class ToolContext:
     """Artifact version id accepted by handoff during this turn."""
     progress: bool = False
     """The current call created or edited an artifact, or handed it off."""
+    _plan: list[workspace.PlanEntry] | None = field(default=None, repr=False)
+
+    def plan(self) -> list[workspace.PlanEntry]:
+        """The session's plan as this turn's calls left it, read once a turn.
+
+        Only the lease holder writes a session's plan, inside the turn's transaction, so
+        the copy kept here is the plan until the turn commits.
+        """
+        if self._plan is None:
+            self._plan = workspace.get_plan(self.conn, session_id=self.session_id)
+        return self._plan
+
+    def keep_plan(self, plan: list[workspace.PlanEntry]) -> None:
+        """Remember the plan a call has just written."""
+        self._plan = plan
 
 
 Handler = Callable[[Any, ToolContext], dict[str, Any]]
@@ -259,6 +274,7 @@ def plan_manage(args: PlanManage, ctx: ToolContext) -> dict[str, Any]:
         workspace.set_plan(
             ctx.conn, session_id=ctx.session_id, items=args.items, turn_no=ctx.turn_no
         )
+        ctx.keep_plan([workspace.PlanEntry(i, text, False) for i, text in enumerate(args.items, 1)])
     elif args.action == "done":
         if args.item_id is None:
             raise ToolError(
@@ -266,7 +282,7 @@ def plan_manage(args: PlanManage, ctx: ToolContext) -> dict[str, Any]:
                 kind="bad_arguments",
                 hint="pass the number of the item, from 1",
             )
-        plan = workspace.get_plan(ctx.conn, session_id=ctx.session_id)
+        plan = ctx.plan()
         if ctx.profile.strict_plan:
             first_open = next((p.item_no for p in plan if not p.done), None)
             if first_open is not None and args.item_id != first_open:
@@ -275,7 +291,8 @@ def plan_manage(args: PlanManage, ctx: ToolContext) -> dict[str, Any]:
                     kind="plan_locked",
                     hint="check items off in order",
                 )
-        if not workspace.mark_plan_done(
+        at = next((i for i, p in enumerate(plan) if p.item_no == args.item_id), None)
+        if at is None or not workspace.mark_plan_done(
             ctx.conn, session_id=ctx.session_id, item_no=args.item_id, turn_no=ctx.turn_no
         ):
             raise ToolError(
@@ -284,8 +301,8 @@ def plan_manage(args: PlanManage, ctx: ToolContext) -> dict[str, Any]:
                 hint="list the plan to see item numbers",
                 data={"items": len(plan)},
             )
-    plan = workspace.get_plan(ctx.conn, session_id=ctx.session_id)
-    return {"items": [{"id": p.item_no, "text": p.text, "done": p.done} for p in plan]}
+        plan[at] = replace(plan[at], done=True)
+    return {"items": [{"id": p.item_no, "text": p.text, "done": p.done} for p in ctx.plan()]}
 
 
 def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
@@ -301,9 +318,7 @@ def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
             data={"failed": failed},
         )
     if ctx.profile.strict_plan:
-        open_items = [
-            p.item_no for p in workspace.get_plan(ctx.conn, session_id=ctx.session_id) if not p.done
-        ]
+        open_items = [p.item_no for p in ctx.plan() if not p.done]
         if open_items:
             raise ToolError(
                 "plan items are still open",
@@ -311,7 +326,8 @@ def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
                 hint="mark every plan item done first",
                 data={"open": open_items},
             )
-    ctx.handed_off = workspace.version_id(ctx.conn, artifact_id=current.id, version=current.version)
+    assert current.version_id is not None, "every artifact version has its row"
+    ctx.handed_off = current.version_id
     ctx.progress = True
     return {"status": "handed_off", "artifact_name": current.name, "version": current.version}
 

@@ -22,6 +22,8 @@ class ArtifactState:
     version: int
     content: str
     deleted: bool
+    version_id: int | None = None
+    """Primary key of the current version's row."""
 
 
 @dataclass(frozen=True)
@@ -34,14 +36,23 @@ class PlanEntry:
 
 
 # Statements most turns run, built once so their SQL is compiled once.
-_GET_ARTIFACT = select(
-    artifacts.c.id,
-    artifacts.c.name,
-    artifacts.c.version,
-    artifacts.c.content,
-    artifacts.c.deleted_at,
-).where(
-    artifacts.c.session_id == bindparam("b_session_id"), artifacts.c.name == bindparam("b_name")
+_GET_ARTIFACT = (
+    select(
+        artifacts.c.id,
+        artifacts.c.name,
+        artifacts.c.version,
+        artifacts.c.content,
+        artifacts.c.deleted_at,
+        versions.c.id.label("version_id"),
+    )
+    .outerjoin(
+        versions,
+        (versions.c.artifact_id == artifacts.c.id) & (versions.c.version == artifacts.c.version),
+    )
+    .where(
+        artifacts.c.session_id == bindparam("b_session_id"),
+        artifacts.c.name == bindparam("b_name"),
+    )
 )
 _SWAP_ARTIFACT = (
     update(artifacts)
@@ -88,7 +99,9 @@ def get_artifact(conn: Connection, *, session_id: int, name: str) -> ArtifactSta
     row = conn.execute(_GET_ARTIFACT, {"b_session_id": session_id, "b_name": name}).first()
     if row is None:
         return None
-    return ArtifactState(row.id, row.name, row.version, row.content, row.deleted_at is not None)
+    return ArtifactState(
+        row.id, row.name, row.version, row.content, row.deleted_at is not None, row.version_id
+    )
 
 
 def artifact_names(conn: Connection, *, session_id: int) -> list[str]:
@@ -176,17 +189,6 @@ def mark_deleted(
         .values(deleted_at=now, updated_at=now)
     )
     return result.rowcount == 1
-
-
-def version_id(conn: Connection, *, artifact_id: int, version: int) -> int:
-    """Primary key of one artifact version."""
-    return int(
-        conn.execute(
-            select(versions.c.id).where(
-                versions.c.artifact_id == artifact_id, versions.c.version == version
-            )
-        ).scalar_one()
-    )
 
 
 def get_plan(conn: Connection, *, session_id: int) -> list[PlanEntry]:
