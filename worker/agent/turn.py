@@ -44,7 +44,7 @@ from worker.errors import (
 from worker.fleet.runtime import Runtime, TurnObserver
 from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn, TokenUsage
 from worker.states import Outcome, RunStatus
-from worker.store import lifecycle, sessions, warmup
+from worker.store import lifecycle, sessions, turns, warmup
 
 logger = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ def _commit(
     now = rt.clock()
     profile = get_profile(view.profile)
     with rt.engine.begin() as conn:
-        if not lifecycle.holds_lease(conn, claim=claim):
+        if not turns.holds_lease(conn, claim=claim):
             logger.warning(
                 "turn %s/%s fenced: lease epoch %s superseded",
                 claim.session_id,
@@ -300,46 +300,25 @@ def _commit(
             # The first time, the agent is told what it repeats and what to do instead.
             items.append(Nudge(NudgeReason.loop, user_text(loop.message), loop_kind=loop.kind))
             loop = None
-        sessions.add_events(
-            conn,
-            session_id=claim.session_id,
-            turn_no=claim.turn_no,
-            items=items,
-            now=now,
-            first_seq=view.next_seq,
-        )
         usage = answer.usage
         cost_usd = rt.prices.cost_usd(view.model, usage)
-        sessions.add_usage(
-            conn,
-            session_id=claim.session_id,
-            run_id=view.run_id,
-            turn_no=claim.turn_no,
-            now=now,
-            values={
-                "model": view.model,
-                "prompt_tokens": usage.prompt_tokens,
-                "cached_tokens": usage.cached_tokens,
-                "output_tokens": usage.output_tokens,
-                "thoughts_tokens": usage.thoughts_tokens,
-                "tool_use_tokens": usage.tool_use_tokens,
-                "cost_usd": cost_usd,
-                "price_date": rt.prices.price(view.model).as_of,
-                "latency_ms": int(ledger.timer.ms("model")),
-            },
-        )
         ledger.timer.lap("commit")
         timing = ledger.row()
-        sessions.add_timing(
-            conn,
-            session_id=claim.session_id,
+        rows = turns.TurnRows(
             run_id=view.run_id,
-            turn_no=claim.turn_no,
-            values=timing,
+            items=items,
+            first_seq=view.next_seq,
+            usage=_usage_row(rt, view.model, usage, cost_usd, ledger.timer),
+            timing=timing,
         )
-        # The next turn's queue wait starts here, not when this commit began.
-        committed = lifecycle.fence_turn(
-            conn, claim=claim, now=rt.clock(), handoff_version_id=ctx.handed_off
+        # The next turn's queue wait starts at the fence, not when this commit began.
+        committed = turns.commit_turn(
+            conn,
+            claim=claim,
+            rows=rows,
+            now=now,
+            fenced_at=rt.clock(),
+            handoff_version_id=ctx.handed_off,
         )
         assert committed, "the lease was checked under a row lock in this transaction"
         # A first turn warmed the cache: its wave's held first turns may go now.
@@ -359,6 +338,22 @@ def _commit(
     )
     rt.send_all([nxt, *(lifecycle.Dispatch(s, "turn", 0) for s in released)])
     return TurnOutcome.committed
+
+
+def _usage_row(
+    rt: Runtime, model: str, usage: TokenUsage, cost_usd: float, timer: TurnTimer
+) -> dict[str, Any]:
+    return {
+        "model": model,
+        "prompt_tokens": usage.prompt_tokens,
+        "cached_tokens": usage.cached_tokens,
+        "output_tokens": usage.output_tokens,
+        "thoughts_tokens": usage.thoughts_tokens,
+        "tool_use_tokens": usage.tool_use_tokens,
+        "cost_usd": cost_usd,
+        "price_date": rt.prices.price(model).as_of,
+        "latency_ms": int(timer.ms("model")),
+    }
 
 
 def _observe(

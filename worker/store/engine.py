@@ -42,8 +42,8 @@ def _json_bytes(value: Any) -> bytes:
     return orjson.dumps(value, option=_JSON_OPTIONS)
 
 
-def _json_text(value: Any) -> str:
-    """JSON for SQLite, which stores text."""
+def json_text(value: Any) -> str:
+    """A JSON column's value as text, serialised as every JSON column is (SQLite stores it)."""
     return orjson.dumps(value, option=_JSON_OPTIONS).decode()
 
 
@@ -99,7 +99,7 @@ def make_engine(
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S},
-            json_serializer=_json_text,
+            json_serializer=json_text,
             json_deserializer=orjson.loads,
             pool_size=pool_size,
             max_overflow=max_overflow,

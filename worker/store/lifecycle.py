@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, insert, or_, select, tuple_, update
+from sqlalchemy import bindparam, case, insert, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
@@ -204,74 +204,6 @@ def release_turn(
         )
     )
     return result.rowcount == 1
-
-
-#: The commit point of a turn (see :func:`fence_turn`); built once.
-_FENCE_TURN = (
-    update(sessions)
-    .where(
-        sessions.c.id == bindparam("b_session_id"),
-        sessions.c.lease_epoch == bindparam("b_epoch"),
-        sessions.c.next_turn == bindparam("b_turn_no"),
-        sessions.c.status == SessionStatus.running.value,
-    )
-    .values(
-        next_turn=sessions.c.next_turn + 1,
-        turn_attempts=0,
-        lease_owner=None,
-        lease_expires_at=None,
-        dispatched_at=bindparam("b_now", type_=sessions.c.dispatched_at.type),
-        status=bindparam("b_status", type_=sessions.c.status.type),
-        handoff_version_id=func.coalesce(
-            bindparam("b_handoff", type_=sessions.c.handoff_version_id.type),
-            sessions.c.handoff_version_id,
-        ),
-    )
-)
-
-
-def fence_turn(
-    conn: Connection, *, claim: Claim, now: datetime, handoff_version_id: int | None = None
-) -> bool:
-    """Commit point of a turn: advance ``next_turn`` if this worker still holds the lease.
-
-    Must be the first statement of the commit transaction: it row-locks the session, so
-    a stale worker (whose epoch was superseded) changes 0 rows and writes nothing. With
-    ``handoff_version_id`` the session goes on to ``verifying`` that artifact version.
-    """
-    status = SessionStatus.running if handoff_version_id is None else SessionStatus.verifying
-    result = conn.execute(
-        _FENCE_TURN,
-        {
-            "b_session_id": claim.session_id,
-            "b_epoch": claim.epoch,
-            "b_turn_no": claim.turn_no,
-            "b_now": now,
-            "b_status": status.value,
-            "b_handoff": handoff_version_id,
-        },
-    )
-    return result.rowcount == 1
-
-
-_HOLDS_LEASE = (
-    select(sessions.c.id)
-    .where(
-        sessions.c.id == bindparam("b_session_id"),
-        sessions.c.lease_epoch == bindparam("b_epoch"),
-        sessions.c.next_turn == bindparam("b_turn_no"),
-    )
-    .with_for_update()
-)
-
-
-def holds_lease(conn: Connection, *, claim: Claim) -> bool:
-    """True while ``claim`` is the session's current lease (locks the row on PostgreSQL)."""
-    row = conn.execute(
-        _HOLDS_LEASE,
-        {"b_session_id": claim.session_id, "b_epoch": claim.epoch, "b_turn_no": claim.turn_no},
-    ).first()
-    return row is not None
 
 
 def end_session(

@@ -1,0 +1,223 @@
+"""A turn's commit: the lease check that opens it, and the fence that closes it.
+
+The commit transaction of a turn first locks the session row under the turn's lease
+(:func:`holds_lease`), so a stale worker finds its epoch superseded before it touches
+anything. The tools then run, and :func:`commit_turn` writes what the turn produced (its
+events, usage row and timing row) together with the fence that advances ``next_turn``. On
+PostgreSQL that is one statement, the inserts as data-modifying CTEs of the fence's
+UPDATE: a turn's rows cost one round trip, not four.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Integer,
+    String,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.selectable import CTE
+
+from worker.states import SessionStatus
+from worker.store.engine import json_text
+from worker.store.lifecycle import Claim
+from worker.store.sessions import LogEntry, add_events, add_timing, add_usage
+from worker.store.tables import events, sessions, turn_timings, usage
+
+__all__ = ["TurnRows", "commit_turn", "holds_lease"]
+
+_HOLDS_LEASE = (
+    select(sessions.c.id)
+    .where(
+        sessions.c.id == bindparam("b_session_id"),
+        sessions.c.lease_epoch == bindparam("b_epoch"),
+        sessions.c.next_turn == bindparam("b_turn_no"),
+    )
+    .with_for_update()
+)
+
+
+def holds_lease(conn: Connection, *, claim: Claim) -> bool:
+    """True while ``claim`` is the session's current lease (locks the row on PostgreSQL)."""
+    row = conn.execute(
+        _HOLDS_LEASE,
+        {"b_session_id": claim.session_id, "b_epoch": claim.epoch, "b_turn_no": claim.turn_no},
+    ).first()
+    return row is not None
+
+
+@dataclass(frozen=True)
+class TurnRows:
+    """What one committed turn adds to the store besides its tools' effects."""
+
+    run_id: int
+    items: Sequence[LogEntry]
+    """The turn's events, in order."""
+    first_seq: int
+    """Sequence number of the first of them within the turn."""
+    usage: dict[str, Any]
+    """Columns of the usage row (model, tokens by kind, cost, price date, latency)."""
+    timing: dict[str, Any]
+    """Columns of the timing row (``TurnTimer.row``)."""
+
+
+#: The commit point of a turn: built once.
+_FENCE_TURN = (
+    update(sessions)
+    .where(
+        sessions.c.id == bindparam("b_session_id"),
+        sessions.c.lease_epoch == bindparam("b_epoch"),
+        sessions.c.next_turn == bindparam("b_turn_no"),
+        sessions.c.status == SessionStatus.running.value,
+    )
+    .values(
+        next_turn=sessions.c.next_turn + 1,
+        turn_attempts=0,
+        lease_owner=None,
+        lease_expires_at=None,
+        dispatched_at=bindparam("b_now", type_=sessions.c.dispatched_at.type),
+        status=bindparam("b_status", type_=sessions.c.status.type),
+        handoff_version_id=func.coalesce(
+            bindparam("b_handoff", type_=sessions.c.handoff_version_id.type),
+            sessions.c.handoff_version_id,
+        ),
+    )
+)
+_USAGE_COLUMNS = tuple(
+    c.name for c in usage.c if c.name not in ("id", "session_id", "run_id", "turn_no")
+)
+_TIMING_COLUMNS = tuple(
+    c.name for c in turn_timings.c if c.name not in ("id", "session_id", "run_id", "turn_no")
+)
+_SESSION_ID = bindparam("b_session_id", type_=BigInteger)
+_RUN_ID = bindparam("b_run_id", type_=BigInteger)
+_TURN_NO = bindparam("b_turn_no", type_=Integer)
+_EVENT_ROWS = (
+    func.unnest(
+        bindparam("e_seq", type_=ARRAY(Integer)),
+        bindparam("e_kind", type_=ARRAY(String)),
+        bindparam("e_payload", type_=ARRAY(Text)),
+    )
+    .table_valued("seq", "kind", "payload")
+    .render_derived(name="turn_events")
+)
+_FENCED = _FENCE_TURN.returning(sessions.c.id).cte("fenced")
+#: Each insert reads the fence's result, so it waits for the fence and adds nothing if the
+#: lease moved on: the statement writes all of the turn or none of it.
+_IF_FENCED = exists(select(_FENCED.c.id))
+
+
+def _added(table: Table, prefix: str, columns: tuple[str, ...], name: str) -> CTE:
+    # Cast: an untyped NULL (a timing the turn did not take) would be read as text.
+    types = [table.c[c].type for c in columns]
+    values = [
+        cast(bindparam(f"{prefix}{c}", type_=t), t) for c, t in zip(columns, types, strict=True)
+    ]
+    return (
+        insert(table)
+        .from_select(
+            ["session_id", "run_id", "turn_no", *columns],
+            select(_SESSION_ID, _RUN_ID, _TURN_NO, *values).where(_IF_FENCED),
+        )
+        .cte(name)
+    )
+
+
+#: PostgreSQL: the fence and the turn's events, usage and timing rows in one statement.
+_COMMIT_TURN_PG = (
+    select(func.count())
+    .select_from(_FENCED)
+    .add_cte(
+        insert(events)
+        .from_select(
+            ["session_id", "turn_no", "seq", "kind", "payload", "created_at"],
+            select(
+                _SESSION_ID,
+                _TURN_NO,
+                _EVENT_ROWS.c.seq,
+                _EVENT_ROWS.c.kind,
+                cast(_EVENT_ROWS.c.payload, JSON),
+                bindparam("b_created_at", type_=events.c.created_at.type),
+            ).where(_IF_FENCED),
+        )
+        .cte("turn_events_added"),
+        _added(usage, "u_", _USAGE_COLUMNS, "turn_usage_added"),
+        _added(turn_timings, "t_", _TIMING_COLUMNS, "turn_timing_added"),
+    )
+)
+
+
+def commit_turn(
+    conn: Connection,
+    *,
+    claim: Claim,
+    rows: TurnRows,
+    now: datetime,
+    fenced_at: datetime,
+    handoff_version_id: int | None = None,
+) -> bool:
+    """Write the turn's rows and advance ``next_turn``, if this worker holds the lease.
+
+    Args:
+        conn: The commit transaction, opened by :func:`holds_lease`.
+        claim: The turn's lease.
+        rows: The turn's events, usage and timing.
+        now: When the rows were made.
+        fenced_at: When the next step was decided: the next turn's queue wait starts here.
+        handoff_version_id: The artifact version handed off in this turn; the session goes
+            on to ``verifying`` it.
+
+    Returns:
+        False when the lease moved on. On PostgreSQL nothing was written then; on SQLite the
+        rows were, and the caller rolls the transaction back.
+    """
+    status = SessionStatus.running if handoff_version_id is None else SessionStatus.verifying
+    fence = {
+        "b_session_id": claim.session_id,
+        "b_epoch": claim.epoch,
+        "b_turn_no": claim.turn_no,
+        "b_now": fenced_at,
+        "b_status": status.value,
+        "b_handoff": handoff_version_id,
+    }
+    if conn.dialect.name != "postgresql":
+        add_events(
+            conn,
+            session_id=claim.session_id,
+            turn_no=claim.turn_no,
+            items=rows.items,
+            now=now,
+            first_seq=rows.first_seq,
+        )
+        keys = {"session_id": claim.session_id, "run_id": rows.run_id, "turn_no": claim.turn_no}
+        add_usage(conn, **keys, values=rows.usage, now=now)
+        add_timing(conn, **keys, values=rows.timing)
+        return conn.execute(_FENCE_TURN, fence).rowcount == 1
+    params = {
+        **fence,
+        "b_run_id": rows.run_id,
+        "b_created_at": now,
+        "e_seq": [rows.first_seq + i for i in range(len(rows.items))],
+        "e_kind": [item.kind.value for item in rows.items],
+        "e_payload": [json_text(item.to_payload()) for item in rows.items],
+        **{f"u_{c}": rows.usage.get(c) for c in _USAGE_COLUMNS},
+        **{f"t_{c}": rows.timing.get(c) for c in _TIMING_COLUMNS},
+    }
+    params["u_created_at"] = now
+    return conn.execute(_COMMIT_TURN_PG, params).scalar_one() == 1
