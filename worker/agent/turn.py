@@ -107,8 +107,8 @@ def _run_turn(
     started = time.monotonic()
     timer = TurnTimer(cpu_clock=rt.cpu_clock)
     claimed_at = rt.clock()
-    with rt.engine.begin() as conn:
-        claim = lifecycle.claim_turn(
+    with rt.engine.connect() as conn:
+        claimed = turns.claim_turn(
             conn,
             session_id=session_id,
             turn_no=turn_no,
@@ -116,15 +116,14 @@ def _run_turn(
             now=claimed_at,
             ttl_s=rt.settings.lease_ttl_s,
         )
-        if claim is None:
-            lifecycle.count_duplicate_turn(conn, session_id=session_id)
-        else:
-            # Read in the claim's transaction: one connection and one commit fewer a turn.
-            timer.lap("claim")
-            loaded = _load(conn, session_id)
-    if claim is None:
-        logger.info("turn %s/%s skipped: not due", session_id, turn_no)
-        return TurnOutcome.skipped
+        if claimed is None:
+            with conn.begin():
+                lifecycle.count_duplicate_turn(conn, session_id=session_id)
+            logger.info("turn %s/%s skipped: not due", session_id, turn_no)
+            return TurnOutcome.skipped
+        claim, view = claimed
+        timer.lap("claim")
+        loaded = _load(conn, view)
     timer.lap("rebuild")
     ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no))
     # The lease lives as long as this worker does: renewed through the model call.
@@ -173,13 +172,12 @@ class _Loaded(NamedTuple):
     """The session's and run's spend, when a limit is set to check it against."""
 
 
-def _load(conn: Connection, session_id: int) -> _Loaded:
-    view = sessions.load_session(conn, session_id=session_id)
+def _load(conn: Connection, view: sessions.SessionView) -> _Loaded:
     config = RunConfig.model_validate(view.run_config)
     # Summing the run's usage rows costs the database more with every turn of the run:
     # only a limit to check is worth it.
     limited = view.run_budget_usd is not None or config.max_tokens or config.max_cost_usd
-    spent = limits.spend(conn, session_id=session_id, run_id=view.run_id) if limited else None
+    spent = limits.spend(conn, session_id=view.id, run_id=view.run_id) if limited else None
     return _Loaded(view, config, spent)
 
 

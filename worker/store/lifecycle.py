@@ -80,7 +80,8 @@ def _take_lease(*conditions: ColumnElement[bool], **values: Any) -> Update:
     )
 
 
-_CLAIM_TURN = _take_lease(
+#: A turn's claim, which :mod:`worker.store.turns` also reads its session through.
+CLAIM_TURN = _take_lease(
     sessions.c.id == bindparam("b_session_id"),
     sessions.c.next_turn == bindparam("b_number"),
     sessions.c.status == SessionStatus.running.value,
@@ -93,6 +94,19 @@ _CLAIM_VERIFICATION = _take_lease(
 )
 
 
+def lease_params(
+    *, session_id: int, number: int, owner: str, now: datetime, expires_at: datetime
+) -> dict[str, Any]:
+    """The parameters of a claim statement (:data:`CLAIM_TURN` and its like)."""
+    return {
+        "b_session_id": session_id,
+        "b_number": number,
+        "b_now": now,
+        "b_owner": owner,
+        "b_expires_at": expires_at,
+    }
+
+
 def _claim(
     conn: Connection,
     statement: Update,
@@ -103,13 +117,9 @@ def _claim(
     now: datetime,
     expires_at: datetime,
 ) -> Row[Any] | None:
-    params = {
-        "b_session_id": session_id,
-        "b_number": number,
-        "b_now": now,
-        "b_owner": owner,
-        "b_expires_at": expires_at,
-    }
+    params = lease_params(
+        session_id=session_id, number=number, owner=owner, now=now, expires_at=expires_at
+    )
     return conn.execute(statement, params).first()
 
 
@@ -124,7 +134,7 @@ def claim_turn(
     expires_at = now + timedelta(seconds=ttl_s)
     row = _claim(
         conn,
-        _CLAIM_TURN,
+        CLAIM_TURN,
         session_id=session_id,
         number=turn_no,
         owner=owner,

@@ -1,6 +1,9 @@
-"""A turn's commit: the lease check that opens it, and the fence that closes it.
+"""A turn in the store: its claim, with what it reads; its commit, with what it writes.
 
-The commit transaction of a turn first locks the session row under the turn's lease
+:func:`claim_turn` takes the session's lease and reads the session, its run and its whole
+event log; on PostgreSQL that is one statement, run outside a transaction (it is atomic on
+its own): one round trip instead of five with BEGIN and COMMIT. The commit transaction of a
+turn first locks the session row under the turn's lease
 (:func:`holds_lease`), so a stale worker finds its epoch superseded before it touches
 anything. The tools then run, and :func:`commit_turn` writes what the turn produced (its
 events, usage row and timing row) together with the fence that advances ``next_turn``. On
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -30,17 +33,118 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.selectable import CTE
 
 from worker.states import SessionStatus
+from worker.store import lifecycle
 from worker.store.engine import json_text
-from worker.store.lifecycle import Claim
-from worker.store.sessions import LogEntry, add_events, add_timing, add_usage
-from worker.store.tables import events, sessions, turn_timings, usage
+from worker.store.lifecycle import CLAIM_TURN, Claim
+from worker.store.sessions import (
+    LogEntry,
+    SessionView,
+    add_events,
+    add_timing,
+    add_usage,
+    load_session,
+)
+from worker.store.tables import events, runs, sessions, turn_timings, usage
 
-__all__ = ["TurnRows", "commit_turn", "holds_lease"]
+__all__ = ["TurnRows", "claim_turn", "commit_turn", "holds_lease"]
+
+_CLAIMED = CLAIM_TURN.returning(
+    sessions.c.id,
+    sessions.c.run_id,
+    sessions.c.index.label("session_index"),
+    sessions.c.persona,
+    sessions.c.brief,
+    sessions.c.status,
+    sessions.c.next_turn,
+    sessions.c.repair_round,
+).cte("claimed")
+_LOG = (
+    select(
+        func.json_agg(
+            aggregate_order_by(
+                func.json_build_array(
+                    events.c.kind, events.c.payload, events.c.turn_no, events.c.seq
+                ),
+                events.c.turn_no,
+                events.c.seq,
+            ),
+            type_=JSON,
+        )
+    )
+    .where(events.c.session_id == _CLAIMED.c.id)
+    .scalar_subquery()
+)
+#: PostgreSQL: the claim, the session and its run, and the event log as one JSON array.
+_CLAIM_AND_LOAD_PG = select(
+    _CLAIMED,
+    runs.c.model,
+    runs.c.profile,
+    runs.c.config,
+    runs.c.status.label("run_status"),
+    runs.c.budget_usd,
+    _LOG.label("log"),
+).join(runs, runs.c.id == _CLAIMED.c.run_id)
+
+
+def claim_turn(
+    conn: Connection, *, session_id: int, turn_no: int, owner: str, now: datetime, ttl_s: float
+) -> tuple[Claim, SessionView] | None:
+    """Take the session's lease for ``turn_no`` and read what the turn needs, at once.
+
+    Args:
+        conn: A connection outside any transaction; the claim is committed on return.
+        session_id: The session.
+        turn_no: The turn the task was sent for.
+        owner: This process's lease owner name.
+        now: The claim's time.
+        ttl_s: How long the lease lasts unless renewed.
+
+    Returns:
+        The claim and the session as the turn reads it, or None when the turn is not due
+        (see :func:`worker.store.lifecycle.claim_turn`).
+    """
+    if conn.dialect.name != "postgresql":
+        with conn.begin():
+            claim = lifecycle.claim_turn(
+                conn, session_id=session_id, turn_no=turn_no, owner=owner, now=now, ttl_s=ttl_s
+            )
+            return None if claim is None else (claim, load_session(conn, session_id=session_id))
+    expires_at = now + timedelta(seconds=ttl_s)
+    params = lifecycle.lease_params(
+        session_id=session_id, number=turn_no, owner=owner, now=now, expires_at=expires_at
+    )
+    with conn.execution_options(isolation_level="AUTOCOMMIT").begin():
+        row = conn.execute(_CLAIM_AND_LOAD_PG, params).first()
+    if row is None:
+        return None
+    log = row.log or []
+    claim = Claim(
+        session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at, row.dispatched_at
+    )
+    view = SessionView(
+        id=row.id,
+        run_id=row.run_id,
+        index=row.session_index,
+        persona=row.persona,
+        brief=row.brief,
+        status=row.status,
+        next_turn=row.next_turn,
+        repair_round=row.repair_round,
+        model=row.model,
+        profile=row.profile,
+        run_config=row.config,
+        run_status=row.run_status,
+        run_budget_usd=row.budget_usd,
+        events=[(kind, payload) for kind, payload, _, _ in log],
+        next_seq=1 + max((seq for _, _, turn, seq in log if turn == row.next_turn), default=-1),
+    )
+    return claim, view
+
 
 _HOLDS_LEASE = (
     select(sessions.c.id)

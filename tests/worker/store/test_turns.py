@@ -13,9 +13,10 @@ from worker.agent.prompt import user_text
 from worker.agent.timings import TurnTimer
 from worker.store.engine import utcnow
 from worker.store.lifecycle import Claim, claim_turn
-from worker.store.sessions import next_seq
+from worker.store.sessions import load_session, next_seq
 from worker.store.tables import events, sessions, turn_timings, usage
 from worker.store.turns import TurnRows, commit_turn, holds_lease
+from worker.store.turns import claim_turn as turns_claim
 
 pytestmark = pytest.mark.services
 
@@ -120,3 +121,32 @@ def test_a_turn_whose_lease_moved_on_writes_nothing(engine: Engine) -> None:
     # Then it was refused, and not one of its rows was written
     assert not committed
     assert _written(engine, sid) == before == (before[0], 0, 0, 0)
+
+
+def test_a_claim_reads_the_session_as_a_transaction_would(engine: Engine) -> None:
+    # Given a session with a committed turn behind it
+    run_id, (sid,) = make_run(engine)
+    first = _claim(engine, sid, "here:1")
+    with engine.begin() as conn:
+        commit_turn(
+            conn, claim=first, rows=_rows(engine, run_id, sid), now=utcnow(), fenced_at=utcnow()
+        )
+    # When the next turn is claimed, and a duplicate of its task arrives meanwhile
+    with engine.connect() as conn:
+        claimed = turns_claim(
+            conn, session_id=sid, turn_no=1, owner="here:1", now=utcnow(), ttl_s=30
+        )
+    with engine.connect() as conn:
+        duplicate = turns_claim(
+            conn, session_id=sid, turn_no=1, owner="there:2", now=utcnow(), ttl_s=30
+        )
+    # Then the claim took the lease and read the session, its run and its whole log,
+    # exactly as the separate statements read them
+    assert claimed is not None and duplicate is None
+    claim, view = claimed
+    assert (claim.session_id, claim.turn_no, claim.epoch) == (sid, 1, first.epoch + 1)
+    with engine.connect() as conn:
+        expected = load_session(conn, session_id=sid)
+    assert view == expected
+    assert view.next_turn == 1 and view.next_seq == 0
+    assert [kind for kind, _ in view.events][-2:] == ["model", "nudge"]
