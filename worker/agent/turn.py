@@ -429,7 +429,8 @@ def _end(rt: Runtime, claim: lifecycle.Claim, stop: SessionStopped) -> TurnOutco
         outcome.value,
         claim.turn_no,
     )
-    rt.flush_outbox()
+    if ended.wave_closed:
+        rt.flush_outbox()
     return TurnOutcome.ended
 
 

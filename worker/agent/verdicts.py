@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import insert, select, true
+from sqlalchemy.engine import Row
 
 from worker.agent.events import Feedback
 from worker.agent.profiles import get_profile
@@ -68,8 +69,12 @@ def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | No
                 s.c.repair_round == round_no,
             )
         ).first()
-    if row is None:
-        return None
+    return None if row is None else _handoff(row, session_id, round_no)
+
+
+def _handoff(
+    row: Row[*tuple[Any, ...]], session_id: int, round_no: int, epoch: int | None = None
+) -> Handoff:
     return Handoff(
         session_id,
         round_no,
@@ -77,8 +82,21 @@ def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | No
         row.content,
         get_profile(row.profile).artifact_max_bytes,
         row.profile,
+        epoch=epoch,
         record=RunConfig.model_validate(row.config).record,
     )
+
+
+_CLAIMED = lifecycle.CLAIM_VERIFICATION.returning(
+    sessions.c.handoff_version_id, sessions.c.run_id
+).cte("claimed")
+#: PostgreSQL: the claim and what was handed off, in one statement outside a transaction.
+_CLAIM_HANDOFF_PG = (
+    select(_CLAIMED.c.lease_epoch, _CLAIMED.c.handoff_version_id, _versions.c.content)
+    .add_columns(runs.c.profile, runs.c.config)
+    .join(_versions, _versions.c.id == _CLAIMED.c.handoff_version_id)
+    .join(runs, runs.c.id == _CLAIMED.c.run_id)
+)
 
 
 def claim_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | None:
@@ -86,6 +104,19 @@ def claim_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | N
 
     Returns None when that verification is not due (recorded, or leased by a live worker).
     """
+    if rt.engine.dialect.name == "postgresql":
+        now = rt.clock()
+        params = lifecycle.lease_params(
+            session_id=session_id,
+            number=round_no,
+            owner=rt.owner,
+            now=now,
+            expires_at=now + timedelta(seconds=rt.settings.lease_ttl_s),
+        )
+        with rt.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            row = conn.execute(_CLAIM_HANDOFF_PG, params).first()
+        return None if row is None else _handoff(row, session_id, round_no, row.lease_epoch)
     with rt.engine.begin() as conn:
         claim = lifecycle.claim_verification(
             conn,
@@ -152,9 +183,10 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
             )
         )
         rounds = RunConfig.model_validate(row.config).repair_rounds
+        ended: lifecycle.SessionEnd | None = None
         if verdict.passed:
             result = "succeeded"
-            lifecycle.end_session(
+            ended = lifecycle.end_session(
                 conn,
                 session_id=handoff.session_id,
                 outcome=Outcome.verified,
@@ -177,7 +209,7 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
         else:
             result = "failed"
             failed = ", ".join(c["name"] for c in verdict.checks if not c.get("passed"))
-            lifecycle.end_session(
+            ended = lifecycle.end_session(
                 conn,
                 session_id=handoff.session_id,
                 outcome=Outcome.failed_verification,
@@ -187,7 +219,7 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
     logger.info("session %s verdict round %s: %s", handoff.session_id, handoff.round, result)
     if nxt is not None:
         rt.send_all([nxt])
-    else:
-        # The ending may have started the next wave, or the next run of a ladder.
+    elif ended is not None and ended.wave_closed:
+        # The ending started the next wave, or the next run of a ladder.
         rt.flush_outbox()
     return result

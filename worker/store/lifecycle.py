@@ -46,6 +46,15 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class SessionEnd:
+    """A session that has just ended (:func:`end_session`)."""
+
+    wave_closed: bool
+    """It was the last of its wave: the wave's successor (the next wave, or the next run
+    of a ladder) may be in the outbox now."""
+
+
+@dataclass(frozen=True)
 class Dispatch:
     """A task the database says must be sent: a turn, or a verification."""
 
@@ -87,7 +96,8 @@ CLAIM_TURN = _take_lease(
     sessions.c.status == SessionStatus.running.value,
     turn_attempts=sessions.c.turn_attempts + 1,
 )
-_CLAIM_VERIFICATION = _take_lease(
+#: A verification's claim, which the verdict path also reads its handoff through.
+CLAIM_VERIFICATION = _take_lease(
     sessions.c.id == bindparam("b_session_id"),
     sessions.c.repair_round == bindparam("b_number"),
     sessions.c.status == SessionStatus.verifying.value,
@@ -169,7 +179,7 @@ def claim_verification(
     expires_at = now + timedelta(seconds=ttl_s)
     row = _claim(
         conn,
-        _CLAIM_VERIFICATION,
+        CLAIM_VERIFICATION,
         session_id=session_id,
         number=round_no,
         owner=owner,
@@ -224,11 +234,11 @@ def end_session(
     now: datetime,
     error: str | None = None,
     epoch: int | None = None,
-) -> bool:
+) -> SessionEnd | None:
     """End an active session with ``outcome`` and count it on its wave's barrier.
 
     The outcome decides the terminal status. With ``epoch``, only the lease holder may end
-    it. Returns False when the session had already ended (or the lease moved on), so an
+    it. Returns None when the session had already ended (or the lease moved on), so an
     ending is recorded exactly once.
     """
     conditions = [sessions.c.id == session_id, sessions.c.status.in_(ACTIVE)]
@@ -248,9 +258,8 @@ def end_session(
         .returning(sessions.c.wave_id, sessions.c.run_id)
     ).first()
     if row is None:
-        return False
-    _count_on_barrier(conn, wave_id=row.wave_id, run_id=row.run_id, now=now)
-    return True
+        return None
+    return SessionEnd(_count_on_barrier(conn, wave_id=row.wave_id, run_id=row.run_id, now=now))
 
 
 def start_repair(conn: Connection, *, session_id: int, repair_round: int, now: datetime) -> None:
@@ -278,7 +287,11 @@ def record_run_stop(conn: Connection, *, session_id: int, reason: str) -> None:
     )
 
 
-def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datetime) -> None:
+def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datetime) -> bool:
+    """Count a session's end on its wave; True when it was the last and closed the wave."""
+    # Announced at commit wherever it is sent, so sent first: the wave row below stays
+    # locked until the commit, and every session of the wave ending then waits for it.
+    notify_run(conn, run_id)
     # The UPDATE row-locks the wave, so exactly one session sees done_count == size:
     # that last finisher closes the wave and writes the outbox row for the next one.
     wave = conn.execute(
@@ -288,8 +301,7 @@ def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datet
         .returning(waves.c.done_count, waves.c.size, waves.c.index.label("wave_index"))
     ).one()
     if wave.done_count < wave.size:
-        notify_run(conn, run_id)
-        return
+        return False
     conn.execute(
         update(waves)
         .where(waves.c.id == wave_id)
@@ -310,7 +322,7 @@ def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datet
         _next_in_ladder(conn, run_id=run_id, now=now)
     elif run_status == RunStatus.cancelled.value and not _any_active(conn, run_id):
         conn.execute(update(runs).where(runs.c.id == run_id).values(finished_at=now))
-    notify_run(conn, run_id)
+    return True
 
 
 def wave_start(run_id: int, index: int, now: datetime) -> dict[str, Any]:
