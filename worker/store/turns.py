@@ -24,22 +24,21 @@ from sqlalchemy import (
     Integer,
     String,
     Table,
-    Text,
     bindparam,
     cast,
+    column,
     exists,
     func,
     insert,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, aggregate_order_by
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.selectable import CTE
 
 from worker.states import SessionStatus
 from worker.store import lifecycle
-from worker.store.engine import json_text
 from worker.store.lifecycle import CLAIM_TURN, Claim
 from worker.store.sessions import (
     LogEntry,
@@ -212,14 +211,12 @@ _TIMING_COLUMNS = tuple(
 _SESSION_ID = bindparam("b_session_id", type_=BigInteger)
 _RUN_ID = bindparam("b_run_id", type_=BigInteger)
 _TURN_NO = bindparam("b_turn_no", type_=Integer)
+#: The turn's events as one JSON parameter, serialised once: an array of text would be
+#: escaped element by element, quote by quote, in Python.
 _EVENT_ROWS = (
-    func.unnest(
-        bindparam("e_seq", type_=ARRAY(Integer)),
-        bindparam("e_kind", type_=ARRAY(String)),
-        bindparam("e_payload", type_=ARRAY(Text)),
-    )
-    .table_valued("seq", "kind", "payload")
-    .render_derived(name="turn_events")
+    func.json_to_recordset(bindparam("e_rows", type_=JSON))
+    .table_valued(column("seq", Integer), column("kind", String), column("payload", JSON))
+    .render_derived(name="turn_events", with_types=True)
 )
 _FENCED = _FENCE_TURN.returning(sessions.c.id).cte("fenced")
 #: Each insert reads the fence's result, so it waits for the fence and adds nothing if the
@@ -256,7 +253,7 @@ _COMMIT_TURN_PG = (
                 _TURN_NO,
                 _EVENT_ROWS.c.seq,
                 _EVENT_ROWS.c.kind,
-                cast(_EVENT_ROWS.c.payload, JSON),
+                _EVENT_ROWS.c.payload,
                 bindparam("b_created_at", type_=events.c.created_at.type),
             ).where(_IF_FENCED),
         )
@@ -317,9 +314,10 @@ def commit_turn(
         **fence,
         "b_run_id": rows.run_id,
         "b_created_at": now,
-        "e_seq": [rows.first_seq + i for i in range(len(rows.items))],
-        "e_kind": [item.kind.value for item in rows.items],
-        "e_payload": [json_text(item.to_payload()) for item in rows.items],
+        "e_rows": [
+            {"seq": rows.first_seq + i, "kind": item.kind.value, "payload": item.to_payload()}
+            for i, item in enumerate(rows.items)
+        ],
         **{f"u_{c}": rows.usage.get(c) for c in _USAGE_COLUMNS},
         **{f"t_{c}": rows.timing.get(c) for c in _TIMING_COLUMNS},
     }
