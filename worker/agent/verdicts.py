@@ -7,8 +7,9 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, true
+from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Row
+from sqlalchemy.sql import ColumnElement, Select
 
 from worker.agent.events import Feedback
 from worker.agent.profiles import get_profile
@@ -145,42 +146,61 @@ def release_handoff(rt: Runtime, handoff: Handoff, *, retry_in_s: float) -> None
         )
 
 
+def _waiting(*conditions: ColumnElement[bool]) -> Select[Any]:
+    """The session waiting on a verdict, row-locked for the verdict's transaction."""
+    s = sessions
+    return (
+        select(s.c.next_turn, s.c.run_id, runs.c.config)
+        .join(runs, runs.c.id == s.c.run_id)
+        .where(
+            s.c.id == bindparam("b_session_id"),
+            s.c.status == SessionStatus.verifying.value,
+            s.c.repair_round == bindparam("b_round"),
+            *conditions,
+        )
+        .with_for_update(of=s)
+    )
+
+
+# Every session's verdict runs these: built once.
+_WAITING = _waiting()
+_WAITING_LEASED = _waiting(sessions.c.lease_epoch == bindparam("b_epoch"))
+_ADD_VERIFICATION = insert(verifications)
+
+
 def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
     """Store the verdict and move the session on, exactly once per round.
 
     Returns what happened: ``succeeded``, ``repair``, ``failed`` or ``duplicate``.
     """
-    s = sessions
     now = rt.clock()
     nxt: lifecycle.Dispatch | None = None
     with rt.engine.begin() as conn:
         row = conn.execute(
-            select(s.c.next_turn, s.c.run_id, runs.c.config)
-            .join(runs, runs.c.id == s.c.run_id)
-            .where(
-                s.c.id == handoff.session_id,
-                s.c.status == SessionStatus.verifying.value,
-                s.c.repair_round == handoff.round,
-                true() if handoff.epoch is None else s.c.lease_epoch == handoff.epoch,
-            )
-            .with_for_update(of=s)
+            _WAITING if handoff.epoch is None else _WAITING_LEASED,
+            {
+                "b_session_id": handoff.session_id,
+                "b_round": handoff.round,
+                "b_epoch": handoff.epoch,
+            },
         ).first()
         if row is None:
             return "duplicate"
         conn.execute(
-            insert(verifications).values(
-                session_id=handoff.session_id,
-                artifact_version_id=handoff.version_id,
-                round=handoff.round,
-                passed=verdict.passed,
-                method=verdict.method,
-                checks=verdict.checks,
-                fps=verdict.fps,
-                screenshot_png=verdict.screenshot_png,
-                elapsed_ms=verdict.elapsed_ms,
-                video_mp4=verdict.video_mp4,
-                created_at=now,
-            )
+            _ADD_VERIFICATION,
+            {
+                "session_id": handoff.session_id,
+                "artifact_version_id": handoff.version_id,
+                "round": handoff.round,
+                "passed": verdict.passed,
+                "method": verdict.method,
+                "checks": verdict.checks,
+                "fps": verdict.fps,
+                "screenshot_png": verdict.screenshot_png,
+                "elapsed_ms": verdict.elapsed_ms,
+                "video_mp4": verdict.video_mp4,
+                "created_at": now,
+            },
         )
         rounds = RunConfig.model_validate(row.config).repair_rounds
         ended: lifecycle.SessionEnd | None = None

@@ -216,13 +216,13 @@ def require_migrated(engine: Engine) -> None:
         )
 
 
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+
+
 def notify_run(conn: Connection, run_id: int) -> None:
     """Announce that run ``run_id`` changed, when the transaction commits (PostgreSQL only)."""
     if conn.dialect.name == "postgresql":
-        conn.execute(
-            text("SELECT pg_notify(:channel, :payload)"),
-            {"channel": RUN_CHANNEL, "payload": str(run_id)},
-        )
+        conn.execute(_NOTIFY, {"channel": RUN_CHANNEL, "payload": str(run_id)})
 
 
 @contextmanager

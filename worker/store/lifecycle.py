@@ -226,6 +226,37 @@ def release_turn(
     return result.rowcount == 1
 
 
+def _ending(*conditions: ColumnElement[bool]) -> Update:
+    return (
+        update(sessions)
+        .where(
+            sessions.c.id == bindparam("b_session_id"),
+            sessions.c.status.in_(ACTIVE),
+            *conditions,
+        )
+        .values(
+            status=bindparam("b_status", type_=sessions.c.status.type),
+            outcome=bindparam("b_outcome", type_=sessions.c.outcome.type),
+            error=bindparam("b_error", type_=sessions.c.error.type),
+            finished_at=bindparam("b_now", type_=sessions.c.finished_at.type),
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+        .returning(sessions.c.wave_id, sessions.c.run_id)
+    )
+
+
+# Every session ends once: built once, their SQL compiled once.
+_END_SESSION = _ending()
+_END_LEASED_SESSION = _ending(sessions.c.lease_epoch == bindparam("b_epoch"))
+_COUNT_ON_BARRIER = (
+    update(waves)
+    .where(waves.c.id == bindparam("b_wave_id"))
+    .values(done_count=waves.c.done_count + 1)
+    .returning(waves.c.done_count, waves.c.size, waves.c.index.label("wave_index"))
+)
+
+
 def end_session(
     conn: Connection,
     *,
@@ -241,21 +272,16 @@ def end_session(
     it. Returns None when the session had already ended (or the lease moved on), so an
     ending is recorded exactly once.
     """
-    conditions = [sessions.c.id == session_id, sessions.c.status.in_(ACTIVE)]
-    if epoch is not None:
-        conditions.append(sessions.c.lease_epoch == epoch)
     row = conn.execute(
-        update(sessions)
-        .where(*conditions)
-        .values(
-            status=outcome.status.value,
-            outcome=outcome.value,
-            error=error,
-            finished_at=now,
-            lease_owner=None,
-            lease_expires_at=None,
-        )
-        .returning(sessions.c.wave_id, sessions.c.run_id)
+        _END_SESSION if epoch is None else _END_LEASED_SESSION,
+        {
+            "b_session_id": session_id,
+            "b_epoch": epoch,
+            "b_status": outcome.status.value,
+            "b_outcome": outcome.value,
+            "b_error": error,
+            "b_now": now,
+        },
     ).first()
     if row is None:
         return None
@@ -294,12 +320,7 @@ def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datet
     notify_run(conn, run_id)
     # The UPDATE row-locks the wave, so exactly one session sees done_count == size:
     # that last finisher closes the wave and writes the outbox row for the next one.
-    wave = conn.execute(
-        update(waves)
-        .where(waves.c.id == wave_id)
-        .values(done_count=waves.c.done_count + 1)
-        .returning(waves.c.done_count, waves.c.size, waves.c.index.label("wave_index"))
-    ).one()
+    wave = conn.execute(_COUNT_ON_BARRIER, {"b_wave_id": wave_id}).one()
     if wave.done_count < wave.size:
         return False
     conn.execute(
