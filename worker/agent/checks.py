@@ -12,7 +12,10 @@ is no failure. The browser, with the network cut, has the final word on what is 
 
 from __future__ import annotations
 
+import hashlib
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,6 +29,8 @@ DEFAULT_MAX_BYTES = 65536
 MAX_REPORTED_URLS = 20
 #: Each reported URL or snippet is cut to this many characters.
 MAX_SNIPPET_CHARS = 120
+#: Pages whose checks a process remembers (a few hundred bytes each).
+RECENT_PAGES = 512
 
 # `getContext('2d')` with any quote style and any whitespace inside the call.
 _CONTEXT_2D_RE = re.compile(r"""getContext\s*\(\s*(['"`])2d\1""")
@@ -33,6 +38,10 @@ _CONTEXT_2D_RE = re.compile(r"""getContext\s*\(\s*(['"`])2d\1""")
 _CANVAS_RE = re.compile(r"""<canvas\b|createElement\s*\(\s*(['"`])canvas\1\s*\)""", re.I)
 # The animation loop; setInterval/setTimeout loops are what this check is meant to refuse.
 _RAF_RE = re.compile(r"\brequestAnimationFrame\b")
+
+
+_recent: OrderedDict[tuple[bytes, int], tuple[Check, ...]] = OrderedDict()
+_recent_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,10 @@ class Check:
 def static_checks(html: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Check]:
     """Run every static check on one artifact.
 
+    The checks are a function of the page and the ceiling alone, so the last few hundred
+    pages a process checked are remembered by digest: a handed-off page is checked by its
+    handoff and again by the verifier, often in the same worker.
+
     Args:
         html: The whole standalone page.
         max_bytes: The size ceiling in UTF-8 bytes (inclusive).
@@ -56,12 +69,23 @@ def static_checks(html: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Chec
         One :class:`Check` per check, always all four and always in this order:
         ``size``, ``canvas_2d``, ``raf_loop``, ``no_external_url``.
     """
-    return [
+    key = (hashlib.sha256(html.encode("utf-8", "surrogatepass")).digest(), max_bytes)
+    with _recent_lock:
+        found = _recent.get(key)
+        if found is not None:
+            _recent.move_to_end(key)
+            return list(found)
+    checks = (
         _check_size(html, max_bytes),
         _check_canvas_2d(html),
         _check_raf_loop(html),
         _check_no_external_url(html),
-    ]
+    )
+    with _recent_lock:
+        _recent[key] = checks
+        while len(_recent) > RECENT_PAGES:
+            _recent.popitem(last=False)
+    return list(checks)
 
 
 def passed(checks: Iterable[Check]) -> bool:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from worker.agent import checks as checks_module
 from worker.agent.checks import Check, passed, static_checks
 
 GOOD_SCRIPT = """
@@ -279,3 +280,24 @@ def test_no_external_url_reports_a_repeated_url_once() -> None:
     html = page('<img src="https://a.example/x.png"><img src="https://a.example/x.png">')
 
     assert external(html).value == ["https://a.example/x.png"]
+
+
+def test_a_page_checked_again_is_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a page already checked once in this process (as its handoff checks it)
+    html = page("<p>checked twice</p>")
+    first = static_checks(html, max_bytes=4096)
+    scans: list[str] = []
+
+    def counted(found: str) -> list[str]:
+        scans.append(found)
+        return []
+
+    monkeypatch.setattr(checks_module, "network_loads", counted)
+    # When the verifier checks the same page with the same ceiling
+    again = static_checks(html, max_bytes=4096)
+    # Then it gets the same checks without scanning the page again
+    assert again == first and scans == []
+    # And another ceiling, or another page, is checked afresh
+    assert by_name(html, max_bytes=16)["size"].passed is False
+    static_checks(page("<p>another page</p>"), max_bytes=4096)
+    assert len(scans) == 2
