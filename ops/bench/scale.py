@@ -66,6 +66,7 @@ MEDIAN_KEYS = (
     "peak_mib",
     "mib_per_session",
     "worker_cpu_ms_per_turn",
+    "turn_cpu_ms",
     "pg_cpu_ms_per_turn",
     "overhead_p50_ms",
     "overhead_p99_ms",
@@ -124,10 +125,13 @@ def page_generation_ms(samples: int = 20) -> float:
     return float(statistics.median(times))
 
 
-def _ledger(engine: Engine, run_id: int) -> tuple[float | None, float | None, int | None]:
-    """Overhead p50 and p99 and duplicate turn tasks, when the schema has the ledger."""
+def _ledger(
+    engine: Engine, run_id: int
+) -> tuple[float | None, float | None, int | None, float | None]:
+    """Overhead p50 and p99, duplicate turn tasks and the turns' own mean CPU, when the
+    schema has the ledger."""
     if "turn_timings" not in inspect(engine).get_table_names():
-        return None, None, None
+        return None, None, None, None
     from scheduler.report.timings import timing_figures
 
     with engine.connect() as conn:
@@ -135,7 +139,7 @@ def _ledger(engine: Engine, run_id: int) -> tuple[float | None, float | None, in
             select(runs.c.duplicate_turn_tasks).where(runs.c.id == run_id)
         ).scalar_one()
         t = timing_figures(conn, run_id, duplicates=int(dup))
-    return t.overhead_ms.p50, t.overhead_ms.p99, t.duplicate_turn_tasks
+    return t.overhead_ms.p50, t.overhead_ms.p99, t.duplicate_turn_tasks, t.cpu_mean_ms
 
 
 def measure(
@@ -195,7 +199,7 @@ def measure(
         ).scalar_one()
     turns = max(figures.turns, 1)
     floor_s = longest * latency_ms / 1000
-    p50, p99, dup = _ledger(rt.engine, run_id)
+    p50, p99, dup, turn_cpu = _ledger(rt.engine, run_id)
     worker_cpu_s = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
     return {
         "shape": f"{shape.waves}x{size}",
@@ -213,6 +217,7 @@ def measure(
         "peak_mib": round(peak / MIB, 1),
         "mib_per_session": round((peak - idle) / MIB / size, 3),
         "worker_cpu_ms_per_turn": round(worker_cpu_s * 1000 / turns, 2),
+        "turn_cpu_ms": None if turn_cpu is None else round(turn_cpu, 2),
         "pg_cpu_ms_per_turn": round(pg_cpu_s * 1000 / turns, 2),
         "overhead_p50_ms": None if p50 is None else round(p50, 1),
         "overhead_p99_ms": None if p99 is None else round(p99, 1),
@@ -235,7 +240,8 @@ def line(f: dict[str, Any], page_ms: float) -> str:
         f"{f['turns']:g} turns, "
         f"wall {f['wall_s']:.1f} s = {_fmt(f['floor_ratio'], '.2f')}x floor, "
         f"peak {f['peak_mib']:.1f} MiB (+{f['mib_per_session']:.3f} MiB/session), "
-        f"worker CPU {cpu:.2f} ms/turn ({cpu - sim_cpu:.2f} without sim pages), "
+        f"worker CPU {cpu:.2f} ms/turn ({cpu - sim_cpu:.2f} without sim pages, "
+        f"{_fmt(f['turn_cpu_ms'], '.2f')} in the turn itself), "
         f"PostgreSQL CPU {f['pg_cpu_ms_per_turn']:.2f} ms/turn, "
         f"overhead p50 {_fmt(f['overhead_p50_ms'])} ms p99 {_fmt(f['overhead_p99_ms'])} ms, "
         f"duplicate turn tasks {_fmt(f['duplicates'])}"
@@ -317,12 +323,14 @@ def main(
     print(f"\nmedians of {repeat} run(s), sim latency {sim_latency_ms} ms")
     print(
         f"{'shape':>7} {'pool':>7} {'wall/floor':>10} {'peak MiB':>9} {'MiB/sess':>9} "
-        f"{'wkr ms/turn':>11} {'pg ms/turn':>10} {'ovh p50':>8} {'ovh p99':>8} {'dup':>5}"
+        f"{'wkr ms/turn':>11} {'in turn':>8} {'pg ms/turn':>10} {'ovh p50':>8} {'ovh p99':>8} "
+        f"{'dup':>5}"
     )
     for (n, pool), m in medians.items():
         print(
             f"{n:>7} {pool:>7} {_fmt(m['floor_ratio'], '.2f'):>10} {m['peak_mib']:>9.1f} "
             f"{m['mib_per_session']:>9.3f} {m['worker_cpu_ms_per_turn']:>11.2f} "
+            f"{_fmt(m['turn_cpu_ms'], '.2f'):>8} "
             f"{m['pg_cpu_ms_per_turn']:>10.2f} {_fmt(m['overhead_p50_ms']):>8} "
             f"{_fmt(m['overhead_p99_ms']):>8} {_fmt(m['duplicates']):>5}"
         )
