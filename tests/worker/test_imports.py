@@ -2,6 +2,7 @@
 
 Playwright, pyvirtualdisplay, google-genai and Alembic (with Mako, Pygments and Pillow behind
 them) are imported where they are needed: the browser verifier, a Gemini model, a migration.
+SQLAlchemy's ORM is imported by nothing: the tables are Core tables.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from worker.store.tables import sessions, verifications
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Libraries a worker running sim sessions, judged statically, never needs.
-HEAVY = ("playwright", "pyvirtualdisplay", "google.genai", "alembic", "mako", "pygments", "PIL")
+HEAVY = (
+    "playwright",
+    "pyvirtualdisplay",
+    "google.genai",
+    "alembic",
+    "mako",
+    "pygments",
+    "PIL",
+    "sqlalchemy.orm",
+)
 #: Those a worker process must not load either: Celery's own command line imports Pygments
 #: (``celery.bin.base``) to colour its output, so it is left out.
 HEAVY_BESIDE_CELERY = tuple(h for h in HEAVY if h != "pygments")

@@ -1,13 +1,17 @@
-"""Database tables: the source of truth. Alembic migrations own the schema."""
+"""Database tables: the source of truth. Alembic migrations own the schema.
+
+Core tables: nothing here maps rows to objects, so no process imports the ORM.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
+    Column,
     DateTime,
     Float,
     ForeignKey,
@@ -22,7 +26,6 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from worker.states import RunStatus, SessionStatus, WaveStatus
 
@@ -60,308 +63,300 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value
 
 
-def _ts(*, nullable: bool = True) -> Any:
-    return mapped_column(UtcDateTime(), nullable=nullable)
+def _ts(name: str, *, nullable: bool = True) -> Column[datetime]:
+    return Column(name, UtcDateTime(), nullable=nullable)
 
 
-class Base(DeclarativeBase):
-    """Declarative base bound to the project's naming convention."""
-
-    metadata = metadata
+def _id() -> Column[int]:
+    return Column("id", BigId, primary_key=True)
 
 
-class Ladder(Base):
-    """A concurrency ladder: one run per tier, tier after tier, once per profile."""
-
-    __tablename__ = "ladders"
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    model: Mapped[str] = mapped_column(String(64))
-    tiers: Mapped[list[str]] = mapped_column(JSON)
-    profiles: Mapped[list[str]] = mapped_column(JSON)
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), default=RunStatus.pending.value)
-    created_at: Mapped[datetime] = _ts(nullable=False)
-    finished_at: Mapped[datetime | None] = _ts()
+def _parent(name: str, table: str, *, index: bool = False) -> Column[int]:
+    """A required reference to ``table``, gone with it."""
+    return Column(name, ForeignKey(f"{table}.id", ondelete="CASCADE"), nullable=False, index=index)
 
 
-class Run(Base):
-    """One swarm: its waves of sessions share a model, a profile and a prompt prefix."""
+#: A concurrency ladder: one run per tier, tier after tier, once per profile.
+ladders = Table(
+    "ladders",
+    metadata,
+    _id(),
+    Column("model", String(64), nullable=False),
+    Column("tiers", JSON, nullable=False),
+    Column("profiles", JSON, nullable=False),
+    Column("config", JSON, nullable=False),
+    Column("status", String(16), nullable=False, default=RunStatus.pending.value),
+    _ts("created_at", nullable=False),
+    _ts("finished_at"),
+)
 
-    __tablename__ = "runs"
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    profile: Mapped[str] = mapped_column(String(32))
-    model: Mapped[str] = mapped_column(String(64))
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    prefix_sha256: Mapped[str] = mapped_column(String(64))
-    budget_usd: Mapped[float | None] = mapped_column(Float)
-    status: Mapped[str] = mapped_column(String(16), default=RunStatus.pending.value)
-    ladder_id: Mapped[int | None] = mapped_column(
-        ForeignKey("ladders.id", ondelete="CASCADE"), index=True
-    )
-    tier: Mapped[str | None] = mapped_column(String(32))
-    """The ladder tier this run is (``5x1``), or None for a run of its own."""
-    stop_reason: Mapped[str | None] = mapped_column(Text)
-    """Why the run stopped early (a budget, a cancel), if it did."""
-    duplicate_turn_tasks: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    """Turn tasks that found their turn not due (sent again, or late) and did nothing."""
-    forked_from_session_id: Mapped[int | None] = mapped_column(
-        BigId, ForeignKey("sessions.id", ondelete="SET NULL", use_alter=True), index=True
-    )
-    """For a fork: the session whose history it continues."""
-    forked_at_turn: Mapped[int | None] = mapped_column(Integer)
-    """For a fork: its first live turn (the turns before it are the origin's)."""
-    created_at: Mapped[datetime] = _ts(nullable=False)
-    started_at: Mapped[datetime | None] = _ts()
-    finished_at: Mapped[datetime | None] = _ts()
+#: One swarm: its waves of sessions share a model, a profile and a prompt prefix.
+runs = Table(
+    "runs",
+    metadata,
+    _id(),
+    Column("profile", String(32), nullable=False),
+    Column("model", String(64), nullable=False),
+    Column("config", JSON, nullable=False),
+    Column("prefix_sha256", String(64), nullable=False),
+    Column("budget_usd", Float),
+    Column("status", String(16), nullable=False, default=RunStatus.pending.value),
+    Column("ladder_id", ForeignKey("ladders.id", ondelete="CASCADE"), index=True),
+    Column("tier", String(32), doc="The ladder tier this run is (``5x1``), or None."),
+    Column("stop_reason", Text, doc="Why the run stopped early (a budget, a cancel), if it did."),
+    Column(
+        "duplicate_turn_tasks",
+        Integer,
+        nullable=False,
+        default=0,
+        server_default="0",
+        doc="Turn tasks that found their turn not due (sent again, or late) and did nothing.",
+    ),
+    Column(
+        "forked_from_session_id",
+        BigId,
+        ForeignKey("sessions.id", ondelete="SET NULL", use_alter=True),
+        index=True,
+        doc="For a fork: the session whose history it continues.",
+    ),
+    Column(
+        "forked_at_turn",
+        Integer,
+        doc="For a fork: its first live turn (the turns before it are the origin's).",
+    ),
+    _ts("created_at", nullable=False),
+    _ts("started_at"),
+    _ts("finished_at"),
+)
 
+#: A group of sessions that run concurrently; wave k+1 starts when wave k ends.
+waves = Table(
+    "waves",
+    metadata,
+    _id(),
+    _parent("run_id", "runs"),
+    Column("index", Integer, nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("status", String(16), nullable=False, default=WaveStatus.pending.value),
+    Column("done_count", Integer, nullable=False, default=0),
+    _ts("started_at"),
+    _ts("finished_at"),
+    UniqueConstraint("run_id", "index"),
+)
 
-class Wave(Base):
-    """A group of sessions that run concurrently; wave k+1 starts when wave k ends."""
+#: One agent session: a chain of turns that ends with a verified artifact or a reason.
+sessions = Table(
+    "sessions",
+    metadata,
+    _id(),
+    _parent("run_id", "runs", index=True),
+    _parent("wave_id", "waves", index=True),
+    Column("index", Integer, nullable=False),
+    Column("persona", String(32), nullable=False),
+    Column("brief", JSON, nullable=False),
+    Column("status", String(16), nullable=False, default=SessionStatus.pending.value),
+    Column("next_turn", Integer, nullable=False, default=0),
+    Column("turn_attempts", Integer, nullable=False, default=0),
+    Column("lease_epoch", Integer, nullable=False, default=0),
+    Column("lease_owner", String(128)),
+    _ts("lease_expires_at"),
+    _ts("dispatched_at"),
+    Column("repair_round", Integer, nullable=False, default=0),
+    Column(
+        "model_retries",
+        Integer,
+        nullable=False,
+        default=0,
+        doc="Turns handed back after a transient model error (limiter waits excluded).",
+    ),
+    Column("handoff_version_id", BigId),
+    Column("outcome", String(32)),
+    Column("error", Text),
+    _ts("started_at"),
+    _ts("finished_at"),
+    UniqueConstraint("run_id", "index"),
+    Index("ix_sessions_status_dispatched_at", "status", "dispatched_at"),
+)
 
-    __tablename__ = "waves"
-    __table_args__ = (UniqueConstraint("run_id", "index"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    index: Mapped[int] = mapped_column(Integer)
-    size: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16), default=WaveStatus.pending.value)
-    done_count: Mapped[int] = mapped_column(Integer, default=0)
-    started_at: Mapped[datetime | None] = _ts()
-    finished_at: Mapped[datetime | None] = _ts()
+#: One entry of a session's log; the log is the conversation.
+events = Table(
+    "events",
+    metadata,
+    _id(),
+    _parent("session_id", "sessions"),
+    Column("turn_no", Integer, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("kind", String(32), nullable=False, index=True),
+    Column("payload", JSON, nullable=False),
+    _ts("created_at", nullable=False),
+    UniqueConstraint("session_id", "turn_no", "seq"),
+)
 
+#: The current state of one artifact a session authored.
+artifacts = Table(
+    "artifacts",
+    metadata,
+    _id(),
+    _parent("session_id", "sessions"),
+    Column("name", String(128), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("size_bytes", Integer, nullable=False),
+    _ts("updated_at", nullable=False),
+    _ts("deleted_at"),
+    UniqueConstraint("session_id", "name"),
+)
 
-class Session(Base):
-    """One agent session: a chain of turns that ends with a verified artifact or a reason."""
+#: Every version of every artifact, with the turn that wrote it.
+artifact_versions = Table(
+    "artifact_versions",
+    metadata,
+    _id(),
+    _parent("artifact_id", "artifacts"),
+    Column("version", Integer, nullable=False),
+    Column("turn_no", Integer, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size_bytes", Integer, nullable=False),
+    _ts("created_at", nullable=False),
+    UniqueConstraint("artifact_id", "version"),
+)
 
-    __tablename__ = "sessions"
-    __table_args__ = (
-        UniqueConstraint("run_id", "index"),
-        Index("ix_sessions_status_dispatched_at", "status", "dispatched_at"),
-    )
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    wave_id: Mapped[int] = mapped_column(ForeignKey("waves.id", ondelete="CASCADE"), index=True)
-    index: Mapped[int] = mapped_column(Integer)
-    persona: Mapped[str] = mapped_column(String(32))
-    brief: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), default=SessionStatus.pending.value)
-    next_turn: Mapped[int] = mapped_column(Integer, default=0)
-    turn_attempts: Mapped[int] = mapped_column(Integer, default=0)
-    lease_epoch: Mapped[int] = mapped_column(Integer, default=0)
-    lease_owner: Mapped[str | None] = mapped_column(String(128))
-    lease_expires_at: Mapped[datetime | None] = _ts()
-    dispatched_at: Mapped[datetime | None] = _ts()
-    repair_round: Mapped[int] = mapped_column(Integer, default=0)
-    model_retries: Mapped[int] = mapped_column(Integer, default=0)
-    """Turns handed back after a transient model error (limiter waits excluded)."""
-    handoff_version_id: Mapped[int | None] = mapped_column(BigId)
-    outcome: Mapped[str | None] = mapped_column(String(32))
-    error: Mapped[str | None] = mapped_column(Text)
-    started_at: Mapped[datetime | None] = _ts()
-    finished_at: Mapped[datetime | None] = _ts()
+#: One item of a session's plan.
+plans = Table(
+    "plans",
+    metadata,
+    _id(),
+    _parent("session_id", "sessions"),
+    Column("item_no", Integer, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("done", Boolean, nullable=False, default=False),
+    Column("set_turn", Integer, nullable=False),
+    Column("done_turn", Integer),
+    UniqueConstraint("session_id", "item_no"),
+)
 
+#: Tokens and dollars of one model call; exactly one per committed turn.
+usage = Table(
+    "usage",
+    metadata,
+    _id(),
+    _parent("session_id", "sessions"),
+    _parent("run_id", "runs", index=True),
+    Column("turn_no", Integer, nullable=False),
+    Column("model", String(64), nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("cached_tokens", Integer, nullable=False),
+    Column("output_tokens", Integer, nullable=False),
+    Column("thoughts_tokens", Integer, nullable=False),
+    Column("tool_use_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("price_date", String(10), nullable=False),
+    Column("latency_ms", Integer, nullable=False),
+    _ts("created_at", nullable=False),
+    UniqueConstraint("session_id", "turn_no"),
+)
 
-class Event(Base):
-    """One entry of a session's log; the log is the conversation."""
+#: Where one committed turn's time went, in milliseconds; written with its commit.
+#:
+#: ``queue_ms`` runs from the session's ``dispatched_at`` to the claim (None when it was
+#: never dispatched); ``dispatch_ms`` is how long sending this turn's task took the turn
+#: before it, when the same process ran both (None otherwise); ``cpu_ms`` is the CPU the
+#: turn used up to its commit. Every phase but ``model_ms`` is overhead.
+turn_timings = Table(
+    "turn_timings",
+    metadata,
+    _id(),
+    _parent("run_id", "runs", index=True),
+    _parent("session_id", "sessions"),
+    Column("turn_no", Integer, nullable=False),
+    _ts("claimed_at", nullable=False),
+    Column("queue_ms", Float),
+    Column("claim_ms", Float, nullable=False),
+    Column("rebuild_ms", Float, nullable=False),
+    Column("model_ms", Float, nullable=False),
+    Column("tools_ms", Float, nullable=False),
+    Column("commit_ms", Float, nullable=False),
+    Column("dispatch_ms", Float),
+    Column("cpu_ms", Float, nullable=False),
+    UniqueConstraint("session_id", "turn_no"),
+)
 
-    __tablename__ = "events"
-    __table_args__ = (UniqueConstraint("session_id", "turn_no", "seq"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    turn_no: Mapped[int] = mapped_column(Integer)
-    seq: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(32), index=True)
-    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = _ts(nullable=False)
+#: A verdict on one handed-off artifact version, one per repair round.
+verifications = Table(
+    "verifications",
+    metadata,
+    _id(),
+    _parent("session_id", "sessions"),
+    _parent("artifact_version_id", "artifact_versions"),
+    Column("round", Integer, nullable=False),
+    Column("passed", Boolean, nullable=False),
+    Column("method", String(16), nullable=False),
+    Column("checks", JSON, nullable=False),
+    Column("fps", Float),
+    Column("screenshot_png", LargeBinary),
+    Column("elapsed_ms", Integer, nullable=False),
+    Column(
+        "video_mp4",
+        LargeBinary,
+        doc="The artifact as a video, when the run or the verify worker records them.",
+    ),
+    _ts("created_at", nullable=False),
+    UniqueConstraint("session_id", "round"),
+)
 
+#: One resource sample of a worker process (or its browser tree).
+samples = Table(
+    "samples",
+    metadata,
+    _id(),
+    Column("run_id", BigId),
+    Column("host", String(128), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("role", String(16), nullable=False),
+    _ts("at", nullable=False),
+    Column("rss_bytes", BigInteger, nullable=False),
+    Column("cpu_percent", Float, nullable=False),
+    Column("threads", Integer, nullable=False),
+    Index("ix_samples_run_id_at", "run_id", "at"),
+)
 
-class Artifact(Base):
-    """The current state of one artifact a session authored."""
+#: A run's explicit context cache at the provider: its stable prefix (made again if it
+#: expires or is evicted, each in a row of its own).
+caches = Table(
+    "caches",
+    metadata,
+    _id(),
+    _parent("run_id", "runs", index=True),
+    Column("model", String(64), nullable=False),
+    Column(
+        "name", String(256), nullable=False, doc="The provider's name (``cachedContents/...``)."
+    ),
+    Column("tokens", Integer, nullable=False),
+    _ts("created_at", nullable=False),
+    _ts("expires_at"),
+    _ts("deleted_at"),
+)
 
-    __tablename__ = "artifacts"
-    __table_args__ = (UniqueConstraint("session_id", "name"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    name: Mapped[str] = mapped_column(String(128))
-    version: Mapped[int] = mapped_column(Integer)
-    content: Mapped[str] = mapped_column(Text)
-    size_bytes: Mapped[int] = mapped_column(Integer)
-    updated_at: Mapped[datetime] = _ts(nullable=False)
-    deleted_at: Mapped[datetime | None] = _ts()
+#: Work the database decided on and a worker must still dispatch (a wave start).
+outbox = Table(
+    "outbox",
+    metadata,
+    _id(),
+    Column("key", String(128), nullable=False, unique=True),
+    _parent("run_id", "runs"),
+    Column("kind", String(32), nullable=False),
+    Column("payload", JSON, nullable=False),
+    _ts("created_at", nullable=False),
+    _ts("dispatched_at"),
+    Index("ix_outbox_dispatched_at", "dispatched_at"),
+)
 
-
-class ArtifactVersion(Base):
-    """Every version of every artifact, with the turn that wrote it."""
-
-    __tablename__ = "artifact_versions"
-    __table_args__ = (UniqueConstraint("artifact_id", "version"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id", ondelete="CASCADE"))
-    version: Mapped[int] = mapped_column(Integer)
-    turn_no: Mapped[int] = mapped_column(Integer)
-    content: Mapped[str] = mapped_column(Text)
-    sha256: Mapped[str] = mapped_column(String(64))
-    size_bytes: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = _ts(nullable=False)
-
-
-class PlanItem(Base):
-    """One item of a session's plan."""
-
-    __tablename__ = "plans"
-    __table_args__ = (UniqueConstraint("session_id", "item_no"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    item_no: Mapped[int] = mapped_column(Integer)
-    text: Mapped[str] = mapped_column(Text)
-    done: Mapped[bool] = mapped_column(default=False)
-    set_turn: Mapped[int] = mapped_column(Integer)
-    done_turn: Mapped[int | None] = mapped_column(Integer)
-
-
-class Usage(Base):
-    """Tokens and dollars of one model call; exactly one per committed turn."""
-
-    __tablename__ = "usage"
-    __table_args__ = (UniqueConstraint("session_id", "turn_no"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    turn_no: Mapped[int] = mapped_column(Integer)
-    model: Mapped[str] = mapped_column(String(64))
-    prompt_tokens: Mapped[int] = mapped_column(Integer)
-    cached_tokens: Mapped[int] = mapped_column(Integer)
-    output_tokens: Mapped[int] = mapped_column(Integer)
-    thoughts_tokens: Mapped[int] = mapped_column(Integer)
-    tool_use_tokens: Mapped[int] = mapped_column(Integer)
-    cost_usd: Mapped[float] = mapped_column(Float)
-    price_date: Mapped[str] = mapped_column(String(10))
-    latency_ms: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = _ts(nullable=False)
-
-
-class TurnTiming(Base):
-    """Where one committed turn's time went, in milliseconds; written with its commit.
-
-    ``queue_ms`` runs from the session's ``dispatched_at`` to the claim (None when it was
-    never dispatched); ``dispatch_ms`` is how long sending this turn's task took the turn
-    before it, when the same process ran both (None otherwise); ``cpu_ms`` is the CPU the
-    turn's thread used up to its commit. Every phase but ``model_ms`` is overhead.
-    """
-
-    __tablename__ = "turn_timings"
-    __table_args__ = (UniqueConstraint("session_id", "turn_no"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    turn_no: Mapped[int] = mapped_column(Integer)
-    claimed_at: Mapped[datetime] = _ts(nullable=False)
-    queue_ms: Mapped[float | None] = mapped_column(Float)
-    claim_ms: Mapped[float] = mapped_column(Float)
-    rebuild_ms: Mapped[float] = mapped_column(Float)
-    model_ms: Mapped[float] = mapped_column(Float)
-    tools_ms: Mapped[float] = mapped_column(Float)
-    commit_ms: Mapped[float] = mapped_column(Float)
-    dispatch_ms: Mapped[float | None] = mapped_column(Float)
-    cpu_ms: Mapped[float] = mapped_column(Float)
-
-
-class Verification(Base):
-    """A verdict on one handed-off artifact version, one per repair round."""
-
-    __tablename__ = "verifications"
-    __table_args__ = (UniqueConstraint("session_id", "round"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    artifact_version_id: Mapped[int] = mapped_column(
-        ForeignKey("artifact_versions.id", ondelete="CASCADE")
-    )
-    round: Mapped[int] = mapped_column(Integer)
-    passed: Mapped[bool] = mapped_column()
-    method: Mapped[str] = mapped_column(String(16))
-    checks: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
-    fps: Mapped[float | None] = mapped_column(Float)
-    screenshot_png: Mapped[bytes | None] = mapped_column(LargeBinary)
-    elapsed_ms: Mapped[int] = mapped_column(Integer)
-    video_mp4: Mapped[bytes | None] = mapped_column(LargeBinary)
-    """The artifact as a video, when the run or the verify worker records them."""
-    created_at: Mapped[datetime] = _ts(nullable=False)
-
-
-class Sample(Base):
-    """One resource sample of a worker process (or its browser tree)."""
-
-    __tablename__ = "samples"
-    __table_args__ = (Index("ix_samples_run_id_at", "run_id", "at"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[int | None] = mapped_column(BigId)
-    host: Mapped[str] = mapped_column(String(128))
-    pid: Mapped[int] = mapped_column(Integer)
-    role: Mapped[str] = mapped_column(String(16))
-    at: Mapped[datetime] = _ts(nullable=False)
-    rss_bytes: Mapped[int] = mapped_column(BigInteger)
-    cpu_percent: Mapped[float] = mapped_column(Float)
-    threads: Mapped[int] = mapped_column(Integer)
-
-
-class Cache(Base):
-    """A run's explicit context cache at the provider: its stable prefix (made again if it
-    expires or is evicted, each in a row of its own)."""
-
-    __tablename__ = "caches"
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    model: Mapped[str] = mapped_column(String(64))
-    name: Mapped[str] = mapped_column(String(256))
-    """The provider's name for it (``cachedContents/...``)."""
-    tokens: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = _ts(nullable=False)
-    expires_at: Mapped[datetime | None] = _ts()
-    deleted_at: Mapped[datetime | None] = _ts()
-
-
-class Outbox(Base):
-    """Work the database decided on and a worker must still dispatch (a wave start)."""
-
-    __tablename__ = "outbox"
-    __table_args__ = (Index("ix_outbox_dispatched_at", "dispatched_at"),)
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    key: Mapped[str] = mapped_column(String(128), unique=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(32))
-    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = _ts(nullable=False)
-    dispatched_at: Mapped[datetime | None] = _ts()
-
-
-class Fleet(Base):
-    """The identity of the fleet this database drives: one random id, made by a migration.
-
-    Every process of a fleet reads it, so tasks of fleets that share a broker never meet.
-    """
-
-    __tablename__ = "fleet"
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    created_at: Mapped[datetime] = _ts(nullable=False)
-
-
-def _table(model: type[Base]) -> Table:
-    return cast(Table, model.__table__)
-
-
-#: Core tables, for queries that do not need the ORM.
-runs = _table(Run)
-waves = _table(Wave)
-sessions = _table(Session)
-events = _table(Event)
-artifacts = _table(Artifact)
-artifact_versions = _table(ArtifactVersion)
-plans = _table(PlanItem)
-usage = _table(Usage)
-turn_timings = _table(TurnTiming)
-verifications = _table(Verification)
-caches = _table(Cache)
-ladders = _table(Ladder)
-samples = _table(Sample)
-outbox = _table(Outbox)
-fleet = _table(Fleet)
+#: The identity of the fleet this database drives: one random id, made by a migration.
+#: Every process of a fleet reads it, so tasks of fleets that share a broker never meet.
+fleet = Table(
+    "fleet",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    _ts("created_at", nullable=False),
+)
