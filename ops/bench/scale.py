@@ -2,9 +2,10 @@
 """CPU, memory and overhead of one worker as concurrency grows: 1x100, 1x500, 1x1000.
 
 For each shape (N, or W waves of N: ``WxN``) and pool, a fresh ``celery -A worker worker -P
-POOL -c N`` process on real PostgreSQL and Redis runs the waves of ``sim`` sessions (fixed
-mean latency, static verification). Printed per shape and pool: wall time and wall ÷ model
-floor (the floor is, wave by wave, the longest session's turns times the sim latency), peak
+POOL -c N`` process on real PostgreSQL and Redis runs the waves of ``sim`` sessions (a fixed
+latency unless ``--sim-latency-jitter`` says, static verification). Printed per shape and
+pool: wall time and wall ÷ model floor (the floor is, wave by wave, the longest session's
+turns times the sim latency: exact at a fixed latency, a mean under jitter), peak
 worker RSS and RSS per concurrent session, worker CPU per turn and PostgreSQL CPU per turn
 (the backends serving the bench's database), the turn overhead p50/p99 from the timing
 ledger, and duplicate turn tasks; with several pools, each one's figures over the last's.
@@ -149,6 +150,7 @@ def measure(
     pool: str,
     seed: int,
     latency_ms: int,
+    jitter: float,
     idle_s: float,
     timeout_s: float,
 ) -> dict[str, Any]:
@@ -170,7 +172,12 @@ def measure(
         cpu0 = proc.cpu_times()
         pg = PostgresCpu(database).start()
         started = time.monotonic()
-        config = RunConfig(waves=f"{shape.waves}x{size}", seed=seed, sim_latency_ms=latency_ms)
+        config = RunConfig(
+            waves=f"{shape.waves}x{size}",
+            seed=seed,
+            sim_latency_ms=latency_ms,
+            sim_latency_jitter=jitter,
+        )
         run_id, figures = run_to_end(rt, config, timeout_s=timeout_s)
         wall_s = time.monotonic() - started
         cpu1 = proc.cpu_times()
@@ -262,6 +269,13 @@ def line(f: dict[str, Any], page_ms: float) -> str:
 @click.option("--repeat", type=click.IntRange(min=1), default=1, help="Runs of each size.")
 @click.option("--seed", type=int, default=7)
 @click.option("--sim-latency-ms", type=click.IntRange(min=0), default=5000)
+@click.option(
+    "--sim-latency-jitter",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Share by which one sim call's latency varies (0: fixed, the floor is exact).",
+)
 @service_options(DEFAULT_REDIS_URL)
 def main(
     sizes: str,
@@ -269,6 +283,7 @@ def main(
     repeat: int,
     seed: int,
     sim_latency_ms: int,
+    sim_latency_jitter: float,
     idle_s: float,
     timeout_s: float,
     pg_admin_url: str,
@@ -299,6 +314,7 @@ def main(
                         pool=pool,
                         seed=seed,
                         latency_ms=sim_latency_ms,
+                        jitter=sim_latency_jitter,
                         idle_s=idle_s,
                         timeout_s=timeout_s,
                     )
@@ -320,7 +336,10 @@ def main(
         runs = {f"{n} {p}": v for (n, p), v in reps.items()}
         print(json.dumps({"page_ms": page_ms, "medians": keyed, "runs": runs}, indent=2))
         return
-    print(f"\nmedians of {repeat} run(s), sim latency {sim_latency_ms} ms")
+    print(
+        f"\nmedians of {repeat} run(s), sim latency {sim_latency_ms} ms "
+        f"(jitter ±{sim_latency_jitter:.0%})"
+    )
     print(
         f"{'shape':>7} {'pool':>7} {'wall/floor':>10} {'peak MiB':>9} {'MiB/sess':>9} "
         f"{'wkr ms/turn':>11} {'in turn':>8} {'pg ms/turn':>10} {'ovh p50':>8} {'ovh p99':>8} "

@@ -164,6 +164,7 @@ _CONFIG_FIELDS = (
     "max_cost_usd",
     "repair_rounds",
     "sim_latency_ms",
+    "sim_latency_jitter",
     "sim_flaw_rate",
     "cache",
     "record",
@@ -278,6 +279,13 @@ def _shared_options() -> list[Callable[..., Any]]:
             default=_default("sim_latency_ms"),
             show_default=True,
             help="Mean latency of one sim model call.",
+        ),
+        click.option(
+            "--sim-latency-jitter",
+            type=click.FloatRange(0, 1),
+            default=_default("sim_latency_jitter"),
+            show_default=True,
+            help="Share by which one sim call's latency varies either way of the mean.",
         ),
         click.option(
             "--sim-mix",

@@ -85,6 +85,9 @@ class RunConfig(BaseModel):
     """This many turns without writing the artifact are a loop."""
     sim_latency_ms: int = Field(default=1500, ge=0)
     """Mean latency of one sim model call."""
+    sim_latency_jitter: float = Field(default=0.2, ge=0.0, le=1.0)
+    """Share by which one sim call's latency varies either way of the mean (0: every call
+    takes the mean exactly, so the model floor of a run is known to the millisecond)."""
     sim_mix: dict[str, float] = Field(default_factory=lambda: {"diligent": 1.0})
     """Weights of sim personas."""
     sim_flaw_rate: float = Field(default=0.0, ge=0.0, le=1.0)

@@ -72,6 +72,7 @@ class Providers:
                 index=view.index,
                 persona=Persona(view.persona),
                 latency_ms=config.sim_latency_ms,
+                jitter=config.sim_latency_jitter,
                 design_seed=view.brief["design_seed"],
                 title=view.brief["title"],
                 flaw=flaw_for(config.sim_flaw_rate, config.seed, view.index),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from tests.factories import make_run
 from worker.agent.turn import run_turn
 from worker.agent.verdicts import VerdictIn, load_handoff, record_verdict
 from worker.fleet.runtime import Runtime
+from worker.models.sim import model as sim_model
 from worker.models.sim.model import SimModel
 from worker.models.sim.personas import Persona
 from worker.store.tables import artifact_versions, artifacts, events, plans, sessions
@@ -18,7 +20,7 @@ from worker.store.tables import artifact_versions, artifacts, events, plans, ses
 pytestmark = pytest.mark.services
 
 
-def _until_not_running(rt: Runtime, sid: int, model: SimModel) -> None:
+def _until_not_running(rt: Runtime, sid: int, model: SimModel | None) -> None:
     for _ in range(30):
         with rt.engine.connect() as conn:
             row = conn.execute(
@@ -140,3 +142,19 @@ def test_candidate_publishes_through_the_tool_and_edits_in_place(runtime: Runtim
     ]
     assert calls == ["create", "edit"]
     assert max(_versions(runtime, sid)) > 12 * 1024
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.2])
+def test_a_sim_call_takes_the_run_s_latency_within_its_jitter(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, jitter: float
+) -> None:
+    # Given a run whose sim calls take 1 s, varied by ``jitter`` either way
+    _, (sid,) = make_run(runtime.engine, sim_latency_ms=1000, sim_latency_jitter=jitter)
+    slept: list[float] = []
+    monkeypatch.setattr(sim_model, "time", SimpleNamespace(sleep=slept.append))
+    # When its session works until it hands off, with the model the run names
+    _until_not_running(runtime, sid, None)
+    # Then every call took the latency within the jitter, and a jitter of 0 is exact
+    assert len(slept) >= 3
+    assert all(1 - jitter <= s <= 1 + jitter for s in slept)
+    assert (len(set(slept)) == 1) == (jitter == 0), slept

@@ -96,7 +96,8 @@ class SimModel:
         seed: The run's seed.
         index: The session's index within the run.
         persona: How it behaves.
-        latency_ms: Mean wall time of one call (jittered by up to 20 %).
+        latency_ms: Mean wall time of one call.
+        jitter: Share by which one call's wall time varies either way of the mean.
         design_seed: Seed of the dashboard it authors.
         title: Title of that dashboard.
         flaw: A defect of its first draft (see ``worker.models.sim.dashboards.FLAWS``), repaired on
@@ -111,6 +112,7 @@ class SimModel:
         index: int,
         persona: Persona,
         latency_ms: int,
+        jitter: float = 0.2,
         design_seed: int,
         title: str,
         flaw: str | None = None,
@@ -120,6 +122,7 @@ class SimModel:
         self.index = index
         self.persona = persona
         self.latency_ms = latency_ms
+        self.jitter = jitter
         self.design_seed = design_seed
         self.title = title
         self.flaw = flaw
@@ -146,7 +149,7 @@ class SimModel:
             calls = self._decide(facts, rng)
             content = self._content(calls, facts.turns)
         if self.latency_ms:
-            time.sleep(self.latency_ms * rng.uniform(0.8, 1.2) / 1000)
+            time.sleep(self.latency_ms * rng.uniform(1 - self.jitter, 1 + self.jitter) / 1000)
         usage = self._usage(request, content, rng)
         text = "".join(p.get("text", "") for p in content["parts"])
         return ModelTurn(content=content, calls=calls_of(content), text=text, usage=usage)
