@@ -97,6 +97,10 @@ def settings(pg_url: str, redis_url: str) -> Iterator[Settings]:
         tables = ", ".join(t.name for t in metadata.sorted_tables if t.name != "fleet")
         conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
     engine.dispose()
+    # The ids start again, so a message the test left on the broker (a held first turn
+    # that its stopped worker handed back) would name the next test's sessions.
+    with redis.Redis.from_url(redis_url, socket_connect_timeout=5) as client:
+        client.flushdb()
 
 
 @pytest.fixture
