@@ -9,7 +9,7 @@ second time the session is stopped.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
@@ -90,32 +90,40 @@ def check_spend(config: RunConfig, spent: Spend, budget_usd: float | None) -> No
 
 @dataclass
 class _Since:
-    """The session's turns since the last loop warning."""
+    """The session's turns since the last loop warning, as much as the detector reads.
 
-    calls: list[list[tuple[str, Any]]]
-    """Each turn's calls as ``(name, args)``, compared as they are (no serialised copy)."""
-    progress: list[bool]
-    """Whether each turn wrote the artifact or handed it off."""
-    error_streak: list[str]
+    One scan of the log a turn: the calls are unpacked only for the last turns compared,
+    so a long session costs a few comparisons per event, not a copy of every call.
+    """
+
+    outputs: list[ModelOutput] = field(default_factory=list)
+    """Each turn's model output."""
+    idle: int = 0
+    """Turns since the last one that wrote the artifact or handed it off."""
+    error_streak: list[str] = field(default_factory=list)
     """Kinds of the tool errors since the last successful tool call."""
-    warnings: int
+    warnings: int = 0
     """Loop warnings given so far."""
+
+    def last_calls(self, turns: int) -> list[list[tuple[str, Any]]]:
+        """The calls of the last ``turns`` turns as ``(name, args)``, compared as they are."""
+        return [[(c.name, c.args) for c in calls_of(o.content)] for o in self.outputs[-turns:]]
 
 
 def _since_warning(log: Iterable[Event]) -> _Since:
-    since = _Since([], [], [], 0)
+    since = _Since()
     for event in log:
         if isinstance(event, ModelOutput):
-            since.calls.append([(c.name, c.args) for c in calls_of(event.content)])
-            since.progress.append(False)
-        elif isinstance(event, Nudge) and event.reason is NudgeReason.loop:
-            since = _Since([], [], [], since.warnings + 1)
-        elif isinstance(event, ToolFailure):
-            since.error_streak.append(event.error_kind)
+            since.outputs.append(event)
+            since.idle += 1
         elif isinstance(event, ToolResult):
             since.error_streak = []
-            if since.progress and event.progress:
-                since.progress[-1] = True
+            if event.progress:
+                since.idle = 0
+        elif isinstance(event, ToolFailure):
+            since.error_streak.append(event.error_kind)
+        elif isinstance(event, Nudge) and event.reason is NudgeReason.loop:
+            since = _Since(warnings=since.warnings + 1)
     return since
 
 
@@ -130,7 +138,7 @@ class Loop:
 def find_loop(log: Iterable[Event], config: RunConfig) -> tuple[Loop | None, int]:
     """Look for a loop since the last warning; returns it and the warnings given so far."""
     since = _since_warning(log)
-    last = since.calls[-config.loop_repeat :]
+    last = since.last_calls(config.loop_repeat)
     if len(last) == config.loop_repeat and last[0] and all(c == last[0] for c in last):
         call = last[0][0][0]
         return Loop(
@@ -149,9 +157,7 @@ def find_loop(log: Iterable[Event], config: RunConfig) -> tuple[Loop | None, int
                 "in each error and change the call instead of trying it again. " + _NEXT_STEP
             ),
         ), since.warnings
-    idle = 0
-    for wrote in since.progress:
-        idle = 0 if wrote else idle + 1
+    idle = since.idle
     if idle >= config.loop_idle_turns:
         return Loop(
             "no_progress", (f"{idle} turns have passed without writing the artifact. " + _NEXT_STEP)
