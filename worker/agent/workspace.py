@@ -191,13 +191,24 @@ def mark_deleted(
     return result.rowcount == 1
 
 
+_GET_PLAN = (
+    select(plans.c.item_no, plans.c.text, plans.c.done)
+    .where(plans.c.session_id == bindparam("b_session_id"))
+    .order_by(plans.c.item_no)
+)
+_MARK_PLAN_DONE = (
+    update(plans)
+    .where(
+        plans.c.session_id == bindparam("b_session_id"),
+        plans.c.item_no == bindparam("b_item_no"),
+    )
+    .values(done=True, done_turn=bindparam("b_turn_no", type_=plans.c.done_turn.type))
+)
+
+
 def get_plan(conn: Connection, *, session_id: int) -> list[PlanEntry]:
     """The session's plan, in order."""
-    rows = conn.execute(
-        select(plans.c.item_no, plans.c.text, plans.c.done)
-        .where(plans.c.session_id == session_id)
-        .order_by(plans.c.item_no)
-    ).all()
+    rows = conn.execute(_GET_PLAN, {"b_session_id": session_id}).all()
     return [PlanEntry(r.item_no, r.text, r.done) for r in rows]
 
 
@@ -222,8 +233,6 @@ def set_plan(conn: Connection, *, session_id: int, items: list[str], turn_no: in
 def mark_plan_done(conn: Connection, *, session_id: int, item_no: int, turn_no: int) -> bool:
     """Mark one item done; False if there is no such item."""
     result = conn.execute(
-        update(plans)
-        .where(plans.c.session_id == session_id, plans.c.item_no == item_no)
-        .values(done=True, done_turn=turn_no)
+        _MARK_PLAN_DONE, {"b_session_id": session_id, "b_item_no": item_no, "b_turn_no": turn_no}
     )
     return result.rowcount == 1
