@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
 from tests.conftest import PG_ADMIN_URL
 from worker.errors import NotMigrated
@@ -69,13 +69,36 @@ def _round_trip(url: str) -> None:
     engine.dispose()
 
 
+def _compression(url: str) -> dict[str, str]:
+    """``table.column`` of the page columns to their compression ('l' for lz4, '' default)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT c.relname, a.attname, a.attcompression FROM pg_attribute a"
+                    " JOIN pg_class c ON c.oid = a.attrelid"
+                    " WHERE (c.relname, a.attname) IN (('events', 'payload'),"
+                    " ('artifacts', 'content'), ('artifact_versions', 'content'))"
+                )
+            ).all()
+        return {f"{r[0]}.{r[1]}": r[2] for r in rows}
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.services
 def test_round_trip_on_postgresql(pg_url: str) -> None:
     name = f"swarm_mig_{secrets.token_hex(4)}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
+    url = Settings(database_url=PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}").database_url
     try:
-        _round_trip(Settings(database_url=PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}").database_url)
+        _round_trip(url)
+        # and the columns that hold pages are compressed with lz4 (Debian's server has it)
+        assert set(_compression(url).values()) == {"l"}, _compression(url)
+        downgrade(url, "0008")
+        assert set(_compression(url).values()) == {""}
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
