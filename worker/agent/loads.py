@@ -195,9 +195,10 @@ _QUERIES = {
     """,
     "js_bindings": "(variable_declarator) @bind (assignment_expression) @bind",
 }
-#: What may follow a called name on the way to its ``(``: whitespace, then the ``(``, a
-#: ``?.`` or a comment (a name followed by a comment is taken as a call, unread).
-_CALL_GAP = r"[\s\ufeff]*(?:\(|\?\.|/[/*])"
+#: What may follow a called name on the way to its arguments: whitespace, then the ``(``,
+#: a ``?.``, the backquote of a tagged template (``fetch`https://...```) or a comment (a
+#: name followed by a comment is taken as a call, unread).
+_CALL_GAP = r"[\s\ufeff]*(?:\(|\?\.|`|/[/*])"
 #: What a script that loads something contains, at the start of the load's name: every
 #: load the scan finds is a call of one of ``fetch``, ``importScripts``, ``open``,
 #: ``setAttribute`` or ``sendBeacon``, a construction or assignment naming one of the other
