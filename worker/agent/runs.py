@@ -15,6 +15,7 @@ from worker.agent.events import Brief
 from worker.agent.profiles import DEFAULT_PROFILE, get_profile
 from worker.agent.prompt import brief_message, build_prefix, make_brief
 from worker.errors import InputError
+from worker.models.sim.model import DEFAULT_JITTER
 from worker.models.sim.personas import Persona, persona_for
 from worker.store.lifecycle import wave_start
 from worker.store.tables import events, outbox, runs, sessions, waves
@@ -85,7 +86,7 @@ class RunConfig(BaseModel):
     """This many turns without writing the artifact are a loop."""
     sim_latency_ms: int = Field(default=1500, ge=0)
     """Mean latency of one sim model call."""
-    sim_latency_jitter: float = Field(default=0.2, ge=0.0, le=1.0)
+    sim_latency_jitter: float = Field(default=DEFAULT_JITTER, ge=0.0, le=1.0)
     """Share by which one sim call's latency varies either way of the mean (0: every call
     takes the mean exactly, so the model floor of a run is known to the millisecond)."""
     sim_mix: dict[str, float] = Field(default_factory=lambda: {"diligent": 1.0})

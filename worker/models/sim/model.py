@@ -26,6 +26,8 @@ from worker.models.sim.personas import Persona
 MIN_CACHED_TOKENS = 1024
 #: Approximate characters per token.
 CHARS_PER_TOKEN = 4
+#: Share by which one call's latency varies either way of the mean, unless the run says.
+DEFAULT_JITTER = 0.2
 
 
 @dataclass
@@ -112,7 +114,7 @@ class SimModel:
         index: int,
         persona: Persona,
         latency_ms: int,
-        jitter: float = 0.2,
+        jitter: float = DEFAULT_JITTER,
         design_seed: int,
         title: str,
         flaw: str | None = None,
