@@ -15,7 +15,7 @@ from worker.fleet.runtime import Runtime
 from worker.models.sim import model as sim_model
 from worker.models.sim.model import SimModel
 from worker.models.sim.personas import Persona
-from worker.store.tables import artifact_versions, artifacts, events, plans, sessions
+from worker.store.tables import artifact_versions, artifacts, events, plans, sessions, usage
 
 pytestmark = pytest.mark.services
 
@@ -158,3 +158,43 @@ def test_a_sim_call_takes_the_run_s_latency_within_its_jitter(
     assert len(slept) >= 3
     assert all(1 - jitter <= s <= 1 + jitter for s in slept)
     assert (len(set(slept)) == 1) == (jitter == 0), slept
+
+
+def test_a_sim_call_decides_its_turn_after_the_wait_and_the_same_turn_as_without_one(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two runs of the same seed, one whose sim calls take 1 s and one without a wait
+    _, (waiting,) = make_run(runtime.engine, seed=5, sim_latency_ms=1000)
+    _, (instant,) = make_run(runtime.engine, seed=5, sim_latency_ms=0)
+    order: list[str] = []
+    monkeypatch.setattr(
+        sim_model, "time", SimpleNamespace(sleep=lambda s: order.append(f"sleep {s:.1f}"))
+    )
+    render = sim_model.render_dashboard
+
+    def rendering(*args: Any, **kwargs: Any) -> Any:
+        order.append("render")
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(sim_model, "render_dashboard", rendering)
+    # When both sessions work until they hand off
+    _until_not_running(runtime, waiting, None)
+    waited = order.copy()
+    _until_not_running(runtime, instant, None)
+    # Then the page of the waiting session was written only after its call's wait
+    first_render = waited.index("render")
+    assert first_render > 0 and waited[first_render - 1].startswith("sleep"), waited
+    # And both sessions made the same calls, with the same usage
+    assert _turns(runtime, waiting) == _turns(runtime, instant) != []
+
+
+def _turns(rt: Runtime, sid: int) -> list[object]:
+    """A session's model contents and the tokens each call used, in order."""
+    counts = (usage.c.prompt_tokens, usage.c.cached_tokens, usage.c.output_tokens)
+    with rt.engine.connect() as conn:
+        used = conn.execute(
+            select(*counts, usage.c.thoughts_tokens)
+            .where(usage.c.session_id == sid)
+            .order_by(usage.c.turn_no)
+        ).all()
+    return [p["content"] for k, p in _log(rt, sid) if k == "model"] + [tuple(u) for u in used]

@@ -139,7 +139,16 @@ class SimModel:
         self.ambitious = plan_rng.random() < 0.5
 
     def generate(self, request: ModelRequest) -> ModelTurn:
-        """Decide and return the next turn (after the configured latency)."""
+        """Wait the configured latency, then decide and return the next turn.
+
+        The turn is decided after the wait, as a real model's reply arrives at its end: a
+        call in flight holds nothing of its answer (at a thousand calls, their pages would
+        be some 20 MB). The wait draws from a stream of its own, so the turn decided and
+        its usage do not depend on whether there is one.
+        """
+        if self.latency_ms:
+            wait = random.Random(f"latency:{self.seed}:{self.index}:{len(request.history)}")
+            time.sleep(self.latency_ms * wait.uniform(1 - self.jitter, 1 + self.jitter) / 1000)
         facts = _read(request.history)
         rng = random.Random(f"turn:{self.seed}:{self.index}:{facts.turns}")
         if facts.turns < self.markdown_turns:
@@ -150,8 +159,6 @@ class SimModel:
         else:
             calls = self._decide(facts, rng)
             content = self._content(calls, facts.turns)
-        if self.latency_ms:
-            time.sleep(self.latency_ms * rng.uniform(1 - self.jitter, 1 + self.jitter) / 1000)
         usage = self._usage(request, content, rng)
         text = "".join(p.get("text", "") for p in content["parts"])
         return ModelTurn(content=content, calls=calls_of(content), text=text, usage=usage)
