@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from types import SimpleNamespace
 from typing import Any
 
@@ -198,3 +199,23 @@ def _turns(rt: Runtime, sid: int) -> list[object]:
             .order_by(usage.c.turn_no)
         ).all()
     return [p["content"] for k, p in _log(rt, sid) if k == "model"] + [tuple(u) for u in used]
+
+
+def test_a_sim_call_finds_cached_no_more_than_the_previous_call_sent(runtime: Runtime) -> None:
+    # Given sessions of a run (the second finds the run's shared prefix cached)
+    _, sids = make_run(runtime.engine, waves="1x2")
+    # When they work until they hand off
+    for sid in sids:
+        _until_not_running(runtime, sid, None)
+    # Then no call's cached tokens exceed what its session's previous call sent
+    with runtime.engine.connect() as conn:
+        rows = conn.execute(
+            select(usage.c.session_id, usage.c.prompt_tokens, usage.c.cached_tokens).order_by(
+                usage.c.session_id, usage.c.turn_no
+            )
+        ).all()
+    later = [(a, b) for a, b in pairwise(rows) if a.session_id == b.session_id]
+    assert len(later) >= 4
+    assert all(row.cached_tokens <= prev.prompt_tokens for prev, row in later), later
+    # And after the first call all of it is (the prefix is byte-identical)
+    assert all(row.cached_tokens == prev.prompt_tokens for prev, row in later), later

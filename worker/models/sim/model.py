@@ -369,11 +369,12 @@ class SimModel:
         )
         sizes = [len(json.dumps(c)) for c in request.history]
         prompt = (prefix + sum(sizes)) // CHARS_PER_TOKEN
-        # Everything up to the last model turn was sent before, so it is cached.
+        # The previous call sent everything before the last model turn, so that is cached;
+        # the model turn itself came back as its output and was never a prompt.
         last_model = max(
             (i for i, c in enumerate(request.history) if c["role"] == "model"), default=-1
         )
-        seen = (prefix + sum(sizes[: last_model + 1])) // CHARS_PER_TOKEN
+        seen = (prefix + sum(sizes[: max(last_model, 0)])) // CHARS_PER_TOKEN
         first_call_of_run = self.index == 0 and last_model < 0
         cached = 0 if first_call_of_run or seen < MIN_CACHED_TOKENS else seen
         output = len(json.dumps(content)) // CHARS_PER_TOKEN
