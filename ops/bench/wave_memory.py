@@ -51,8 +51,16 @@ DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/8"
 #: Seconds a worker gets to print `` ready.``, and again to finish a warm shutdown.
 WORKER_TIMEOUT_S = 60
-#: Worker log lines worth reporting.
-LOG_ALERTS = (": WARNING/", ": ERROR/", ": CRITICAL/", "Traceback", "raised unexpected")
+#: Lines of the worker's log that the benches print: trouble, and every re-dispatch (in a
+#: healthy run nothing is lost, so a task sent again is duplicate work to explain).
+LOG_ALERTS = (
+    ": WARNING/",
+    ": ERROR/",
+    ": CRITICAL/",
+    "Traceback",
+    "raised unexpected",
+    "re-dispatching",
+)
 MIB = 1024 * 1024
 #: Figures of one repetition that the summary takes the median of.
 MEDIAN_KEYS = (
