@@ -131,7 +131,7 @@ def runtime(settings: Settings, engine: Engine) -> Iterator[Runtime]:
 
 
 class WorkerProcess:
-    """A real ``celery -A worker worker`` process, its log collected."""
+    """A real worker process (``python -m worker``), its log collected."""
 
     def __init__(self, env: dict[str, str], args: list[str]) -> None:
         self.args = args
@@ -146,9 +146,6 @@ class WorkerProcess:
             [
                 sys.executable,
                 "-m",
-                "celery",
-                "-A",
-                "worker",
                 "worker",
                 "--loglevel",
                 "INFO",

@@ -3,7 +3,7 @@
 
 For each mode (``--cache-warm on``, then ``off``: the baseline) and each repetition: a fresh
 PostgreSQL database, a flushed Redis db, a fresh fake Gemini API (its implicit cache
-empty) and a real ``celery -A worker worker`` whose ``google-genai`` client points at it;
+empty) and a real worker (``python -m worker``) whose ``google-genai`` client points at it;
 one run on a Gemini model with the same seed, followed to its end. It prints, per mode,
 the cache share of the first turns (cached / prompt tokens of turn 0 of every session),
 their dollars and the run's dollars, then the medians and the warm/cold ratios.

@@ -1,7 +1,7 @@
 # ruff: noqa: T201
 """CPU, memory and overhead of one worker as concurrency grows: 1x100, 1x500, 1x1000.
 
-For each shape (N, or W waves of N: ``WxN``) and pool, a fresh ``celery -A worker worker -P
+For each shape (N, or W waves of N: ``WxN``) and pool, a fresh ``python -m worker -P
 POOL -c N`` process on real PostgreSQL and Redis runs the waves of ``sim`` sessions (a fixed
 latency unless ``--sim-latency-jitter`` says, static verification). Printed per shape and
 pool: wall time and wall ÷ model floor (the floor is, wave by wave, the longest session's

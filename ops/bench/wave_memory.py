@@ -1,7 +1,7 @@
 # ruff: noqa: T201
 """Memory of one worker running a wave-shaped run, against a one-at-a-time baseline.
 
-Measures, for a real ``celery -A worker worker -P threads -c 100`` process on real
+Measures, for a real ``python -m worker -P threads -c 100`` process on real
 PostgreSQL and Redis running ``sim`` sessions: wall time, sessions succeeded, idle and peak
 RSS of the worker (with its children), RSS added per concurrent session, turns, tokens, cost,
 and whether the waves ran in order. Each repetition gets a fresh worker; the summary gives
@@ -78,7 +78,7 @@ MEDIAN_KEYS = (
 
 
 class Worker:
-    """A ``celery -A worker worker`` subprocess on both queues, its RSS sampled once ready."""
+    """A ``python -m worker`` subprocess on both queues, its RSS sampled once ready."""
 
     def __init__(
         self, env: dict[str, str], interval_s: float, concurrency: int = 100, pool: str = "threads"
@@ -87,9 +87,6 @@ class Worker:
             [
                 sys.executable,
                 "-m",
-                "celery",
-                "-A",
-                "worker",
                 "worker",
                 "-Q",
                 "sessions,verify",

@@ -39,7 +39,7 @@ EXIT_NO_WORKER = 5
 #: Seconds the broker check waits for Redis to answer.
 BROKER_CHECK_TIMEOUT_S = 3.0
 #: The command line that starts a worker on both queues.
-WORKER_COMMAND = "celery -A worker worker -Q sessions,verify"
+WORKER_COMMAND = "python -m worker -Q sessions,verify"
 
 
 class OperatorError(click.ClickException):

@@ -158,6 +158,18 @@ def test_every_project_command_exists(config: dict[str, Any]) -> None:
         if command[:3] == ["python", "-m", "scheduler"]:
             result = CliRunner().invoke(cli, [*command[3:4], "--help"])
             assert result.exit_code == 0, (command, result.output)
+        elif command[:3] == ["python", "-m", "worker"]:
+            result_w = subprocess.run(
+                [sys.executable, "-m", "worker", "--help"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert result_w.returncode == 0, (command, result_w.stderr[-2000:])
+            assert "--concurrency" in result_w.stdout
+            queues = command[command.index("-Q") + 1].split(",")
+            assert set(queues) <= {"sessions", "verify"}
         else:
             assert command[:3] == ["celery", "-A", "worker"], command
             sub = command[3]
@@ -231,8 +243,8 @@ def compose_worker(settings: Settings) -> Iterator[Any]:
 
     def start(service: str) -> WorkerProcess:
         command = _service_command(service)
-        assert command[:4] == ["celery", "-A", "worker", "worker"], command
-        worker = WorkerProcess(service_env(settings), command[4:]).start()
+        assert command[:3] == ["python", "-m", "worker"], command
+        worker = WorkerProcess(service_env(settings), command[3:]).start()
         started.append(worker)
         return worker
 

@@ -35,9 +35,17 @@ HEAVY = (
     "PIL",
     "sqlalchemy.orm",
 )
-#: Those a worker process must not load either: Celery's own command line imports Pygments
-#: (``celery.bin.base``) to colour its output, so it is left out.
-HEAVY_BESIDE_CELERY = tuple(h for h in HEAVY if h != "pygments")
+#: Those a worker process (``python -m worker``) must not load either, with the rest of the
+#: ``celery`` command line: its REPL and its plugins' commands (Flower's, Tornado behind it).
+#: Celery's worker command imports Pygments (``celery.bin.base``) to colour its output, so
+#: that one is left out.
+HEAVY_BESIDE_CELERY = (
+    *(h for h in HEAVY if h != "pygments"),
+    "click_repl",
+    "prompt_toolkit",
+    "flower",
+    "tornado",
+)
 #: Seconds a fresh interpreter may take to import the worker.
 IMPORT_TIMEOUT_S = 120
 #: Seconds the run of the worker test may take.

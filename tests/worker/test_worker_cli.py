@@ -1,4 +1,5 @@
-"""``celery -A worker worker`` refuses bad settings with one line, not a traceback."""
+"""A worker (``python -m worker`` or ``celery -A worker worker``) refuses bad settings with one
+line, not a traceback."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize(
+    "command",
+    [["-m", "worker"], ["-m", "celery", "-A", "worker", "worker"]],
+    ids=["python -m worker", "celery worker"],
+)
+@pytest.mark.parametrize(
     ("variable", "value", "names"),
     [
         ("SWARM_DATABASE_URL", "bogus://x", "unsupported database 'bogus'"),
@@ -19,12 +25,12 @@ from tests.conftest import ROOT
     ],
 )
 def test_a_worker_with_bad_settings_says_what_is_wrong_in_one_line(
-    variable: str, value: str, names: str
+    command: list[str], variable: str, value: str, names: str
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
     env[variable] = value
     done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "worker", "worker", "-P", "threads", "-c", "1"],
+        [sys.executable, *command, "-P", "threads", "-c", "1"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -14,6 +14,7 @@ from worker.agent.turn import run_turn
 from worker.agent.verdicts import VerdictIn, load_handoff, record_verdict
 from worker.fleet.runtime import Runtime
 from worker.models.sim import model as sim_model
+from worker.models.sim.dashboards import render_dashboard
 from worker.models.sim.model import SimModel
 from worker.models.sim.personas import Persona
 from worker.store.tables import artifact_versions, artifacts, events, plans, sessions, usage
@@ -171,11 +172,10 @@ def test_a_sim_call_decides_its_turn_after_the_wait_and_the_same_turn_as_without
     monkeypatch.setattr(
         sim_model, "time", SimpleNamespace(sleep=lambda s: order.append(f"sleep {s:.1f}"))
     )
-    render = sim_model.render_dashboard
 
     def rendering(*args: Any, **kwargs: Any) -> Any:
         order.append("render")
-        return render(*args, **kwargs)
+        return render_dashboard(*args, **kwargs)
 
     monkeypatch.setattr(sim_model, "render_dashboard", rendering)
     # When both sessions work until they hand off
