@@ -71,10 +71,12 @@ class Settings(BaseSettings):
     broker_url: str = DEFAULT_BROKER_URL
     """Celery broker URL; ``redis://`` for a fleet, ``memory://`` for one process."""
     db_pool_size: int | None = Field(default=None, ge=1)
-    """Connections kept open per process (model calls hold none); unset: 5."""
+    """Connections kept open per process (model calls hold none); unset: 5 and the
+    overflow's, all kept."""
     db_max_overflow: int | None = Field(default=None, ge=0)
-    """Extra connections a busy process may open beyond the pool; unset: a tenth of the
-    worker's threads, at least 15 and at most 25."""
+    """Extra connections a busy process may open beyond the pool, closed as they come back;
+    unset: none when the pool size is unset too (the pool keeps them all), else a tenth of
+    the worker's threads, at least 15 and at most 25."""
     db_pool_timeout_s: float = Field(default=60.0, gt=0)
     """How long a thread waits for a free connection; a turn that waits longer is retried."""
     task_events: bool = False

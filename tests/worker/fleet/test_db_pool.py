@@ -43,12 +43,12 @@ def _pool_line(worker: WorkerProcess) -> tuple[int, int, str]:
 
 def test_pool_grows_with_threads_within_bounds(settings: Settings) -> None:
     # Given no explicit pool settings
-    # Then a small worker keeps today's 5 + 15, a large one gets a tenth of its threads
-    assert pool_sizes(settings) == (5, 15)
-    assert pool_sizes(settings, 20) == (5, 15)
-    assert pool_sizes(settings, 200) == (5, 20)
-    assert pool_sizes(settings, 1000) == (5, 25)
-    assert pool_sizes(settings, 100_000) == (5, 25)
+    # Then a small worker may hold 5 + 15, a large one 5 and a tenth of its threads, all kept
+    assert pool_sizes(settings) == (20, 0)
+    assert pool_sizes(settings, 20) == (20, 0)
+    assert pool_sizes(settings, 200) == (25, 0)
+    assert pool_sizes(settings, 1000) == (30, 0)
+    assert pool_sizes(settings, 100_000) == (30, 0)
     # And explicit settings win, each on its own
     assert pool_sizes(settings.model_copy(update={"db_max_overflow": 2}), 1000) == (5, 2)
     assert pool_sizes(settings.model_copy(update={"db_pool_size": 8}), 1000) == (8, 25)
@@ -61,12 +61,33 @@ def test_a_200_thread_worker_gets_a_pool_that_fits(
     worker = start_worker(concurrency=200)
     # Then its pool is sized to its threads
     size, overflow, threads = _pool_line(worker)
-    assert (size, overflow, threads) == (5, 20, "200")
+    assert (size, overflow, threads) == (25, 0, "200")
     # And three such workers fit in this PostgreSQL, with room for the scheduler and Flower
     with engine.connect() as conn:
         max_connections = int(conn.execute(text("SHOW max_connections")).scalar_one())
     assert WORKERS * (size + overflow) + SPARE <= max_connections
     assert worker.errors() == []
+
+
+def test_the_pool_keeps_the_connections_a_busy_moment_opened(settings: Settings) -> None:
+    # Given the engine of a worker of 200 threads, with the default pool
+    engine = make_engine(settings, threads=200)
+    try:
+        # When ten tasks hold a connection at once, twice, one burst after the other
+        def burst() -> set[int]:
+            conns = [engine.connect() for _ in range(10)]
+            try:
+                return {int(c.execute(text("SELECT pg_backend_pid()")).scalar_one()) for c in conns}
+            finally:
+                for c in conns:
+                    c.close()
+
+        first, second = burst(), burst()
+        # Then the second burst ran on the first one's connections: no backend was started
+        assert len(first) == 10
+        assert second == first
+    finally:
+        engine.dispose()
 
 
 def test_explicit_pool_settings_win_over_the_threads(
