@@ -37,7 +37,10 @@ _CONTEXT_2D_RE = re.compile(r"""getContext\s*\(\s*(['"`])2d\1""")
 # A <canvas> tag in the markup, or one created from script.
 _CANVAS_RE = re.compile(r"""<canvas\b|createElement\s*\(\s*(['"`])canvas\1\s*\)""", re.I)
 # The animation loop; setInterval/setTimeout loops are what this check is meant to refuse.
-_RAF_RE = re.compile(r"\brequestAnimationFrame\b")
+# The name's leading word boundary is checked apart (see _names_raf): a pattern that starts
+# with the name jumps from one occurrence to the next, one that starts with ``\b`` is tried
+# at every position of the page (0.3 ms for 20 KB against 0.007).
+_RAF_RE = re.compile(r"requestAnimationFrame\b")
 
 
 _recent: OrderedDict[tuple[bytes, int], tuple[Check, ...]] = OrderedDict()
@@ -132,8 +135,16 @@ def _check_canvas_2d(html: str) -> Check:
     return Check("canvas_2d", not problems, not problems, detail)
 
 
+def _names_raf(html: str) -> bool:
+    """True when ``html`` has ``requestAnimationFrame`` as a word of its own."""
+    return any(
+        (start := m.start()) == 0 or not (html[start - 1].isalnum() or html[start - 1] == "_")
+        for m in _RAF_RE.finditer(html)
+    )
+
+
 def _check_raf_loop(html: str) -> Check:
-    found = _RAF_RE.search(html) is not None
+    found = _names_raf(html)
     if found:
         detail = "The page animates with requestAnimationFrame."
     else:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from worker.agent import checks as checks_module
 from worker.agent.checks import Check, passed, static_checks
@@ -144,6 +147,24 @@ def test_raf_loop_passes_and_fails() -> None:
     check = by_name(page(script=timer))["raf_loop"]
     assert not check.passed
     assert "setInterval" in check.detail
+
+
+#: Pieces of text around the name: word characters, other characters, the name itself.
+_AROUND_RAF = st.lists(
+    st.sampled_from(["requestAnimationFrame", "x", "_", "é", "9", "$", ".", " ", "(", "\n"]),
+    max_size=8,
+).map("".join)
+
+
+@given(_AROUND_RAF)
+@example("window.requestAnimationFrame(f)")
+@example("myrequestAnimationFrame(f)")
+@example("requestAnimationFrameX")
+@example("_requestAnimationFrame requestAnimationFrame")
+def test_the_raf_check_finds_the_name_as_a_word_as_a_boundary_pattern_does(text: str) -> None:
+    # The name is found exactly where a regex bounded by \b on both sides finds it
+    expected = re.search(r"\brequestAnimationFrame\b", text) is not None
+    assert checks_module._check_raf_loop(text).passed is expected
 
 
 @pytest.mark.parametrize(
