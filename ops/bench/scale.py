@@ -250,7 +250,8 @@ def line(f: dict[str, Any], page_ms: float) -> str:
         f"worker CPU {cpu:.2f} ms/turn ({cpu - sim_cpu:.2f} without sim pages, "
         f"{_fmt(f['turn_cpu_ms'], '.2f')} in the turn itself), "
         f"PostgreSQL CPU {f['pg_cpu_ms_per_turn']:.2f} ms/turn, "
-        f"overhead p50 {_fmt(f['overhead_p50_ms'])} ms p99 {_fmt(f['overhead_p99_ms'])} ms, "
+        f"overhead p50 {_fmt(f['overhead_p50_ms'], '.1f')} ms "
+        f"p99 {_fmt(f['overhead_p99_ms'], '.1f')} ms, "
         f"duplicate turn tasks {_fmt(f['duplicates'])}"
     )
 
@@ -350,8 +351,8 @@ def main(
             f"{n:>7} {pool:>7} {_fmt(m['floor_ratio'], '.2f'):>10} {m['peak_mib']:>9.1f} "
             f"{m['mib_per_session']:>9.3f} {m['worker_cpu_ms_per_turn']:>11.2f} "
             f"{_fmt(m['turn_cpu_ms'], '.2f'):>8} "
-            f"{m['pg_cpu_ms_per_turn']:>10.2f} {_fmt(m['overhead_p50_ms']):>8} "
-            f"{_fmt(m['overhead_p99_ms']):>8} {_fmt(m['duplicates']):>5}"
+            f"{m['pg_cpu_ms_per_turn']:>10.2f} {_fmt(m['overhead_p50_ms'], '.1f'):>8} "
+            f"{_fmt(m['overhead_p99_ms'], '.1f'):>8} {_fmt(m['duplicates'], 'g'):>5}"
         )
     if len(chosen) > 1:
         print_ratios(medians, list(shapes), chosen)
