@@ -217,12 +217,12 @@ WORKER_UNIT = Path(__file__).resolve().parents[2] / "ops" / "systemd" / "swarm-w
 def unit_worker_args(instance: str, host: str) -> list[str]:
     """The worker arguments of :data:`WORKER_UNIT`'s ``ExecStart`` for ``instance``.
 
-    Everything after ``celery -A worker worker``, with systemd's ``%i`` and ``%H`` filled
-    in, so a test starts the worker exactly as the unit does.
+    Everything after ``python -m worker``, with systemd's ``%i`` and ``%H`` filled in, so a
+    test starts the worker exactly as the unit does.
     """
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     parser.optionxform = str  # type: ignore[assignment, method-assign]
     parser.read(WORKER_UNIT)
     words = shlex.split(parser["Service"]["ExecStart"])
-    start = words.index("worker", words.index("-A") + 2)
+    start = words.index("worker", words.index("-m"))
     return [w.replace("%i", instance).replace("%H", host) for w in words[start + 1 :]]

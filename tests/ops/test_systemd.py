@@ -26,4 +26,4 @@ def test_the_unit_starts_one_queue_per_instance_named_after_it() -> None:
     args = unit_worker_args("verify", host)
     assert args[args.index("-Q") + 1] == "verify"
     assert args[args.index("-n") + 1] == f"verify@{host}"
-    assert _service()["execstart"].split()[1:4] == ["-A", "worker", "worker"]
+    assert _service()["execstart"].split()[1:3] == ["-m", "worker"]

@@ -261,7 +261,7 @@ def test_follow_says_when_no_worker_claims_the_work(settings: Settings, engine: 
     assert first.startswith("run 1: 1x2")
     assert len(lines) == 1
     assert lines[0].startswith("error: no worker has claimed work of run 1 for 1.5 s and none")
-    assert "celery -A worker worker -Q sessions,verify" in lines[0]
+    assert "python -m worker -Q sessions,verify" in lines[0]
     assert result.stdout == ""
     assert "Traceback" not in result.output
     assert result.exit_code == EXIT_NO_WORKER

@@ -76,7 +76,7 @@ def _modules_after(code: str) -> list[str]:
 
 
 def test_importing_the_worker_loads_no_heavy_library() -> None:
-    # When a fresh interpreter imports what `celery -A worker worker` imports
+    # When a fresh interpreter imports what a worker (`python -m worker`) imports
     modules = _modules_after("import worker.celery, verifier.tasks")
     # Then none of the heavy libraries came with it
     assert "worker.agent.turn" in modules  # the import did reach the turn loop
