@@ -148,6 +148,8 @@ class _Observations:
     popups: list[str] = field(default_factory=list)
     crashed: bool = False
     hung: bool = False
+    navigated: bool = False
+    """The page navigated away or reloaded itself while it was measured."""
 
     def note(self, bucket: list[str], item: str) -> None:
         if len(bucket) < MAX_RECORDED and item not in bucket:
@@ -255,7 +257,22 @@ async def _screenshot(
     try:
         return await page.screenshot(type="png", timeout=SCREENSHOT_TIMEOUT_S * 1000)
     except (PlaywrightError, TimeoutError) as exc:
-        _blame_page(exc, seen, is_alive=is_alive)
+        if not seen.navigated:
+            _blame_page(exc, seen, is_alive=is_alive)
+            return None
+        if not is_alive():
+            raise
+        logger.debug("no screenshot while the page navigates: %s", exc)
+    # A page that reloaded itself may still be loading, with no frame to capture ("Unable to
+    # capture screenshot"): the document it asked for gets its load, and one more try.
+    try:
+        await page.wait_for_load_state("load", timeout=LOAD_TIMEOUT_S * 1000)
+        return await page.screenshot(type="png", timeout=SCREENSHOT_TIMEOUT_S * 1000)
+    except (PlaywrightError, TimeoutError) as exc:
+        if not is_alive():
+            raise
+        # Already blamed for its navigation; it only leaves no screenshot.
+        logger.debug("no screenshot after the page's navigation: %s", exc)
         return None
 
 
@@ -274,6 +291,7 @@ def _blame_page(exc: Exception, seen: _Observations, *, is_alive: Callable[[], b
             "very long task), so it could not load or be measured.",
         )
     elif "Execution context was destroyed" in text or "navigat" in text.lower():
+        seen.navigated = True
         seen.note(seen.errors, "The page navigated away or reloaded itself during measurement.")
     else:
         raise exc

@@ -202,6 +202,28 @@ def test_reloading_during_the_window_is_the_pages_fault(browser: Browser) -> Non
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("busy_ms", [300, 1500])
+def test_a_page_still_loading_its_reload_is_blamed_and_its_screenshot_waits(
+    browser: Browser, busy_ms: int
+) -> None:
+    # Given a page that reloads itself during the warm-up, and whose second document keeps
+    # its main thread busy before it can paint
+    html = (
+        "<head><script>if (sessionStorage.getItem('seen')) {"
+        f" const t = Date.now(); while (Date.now() - t < {busy_ms}) {{}} }}"
+        " else { sessionStorage.setItem('seen', '1');"
+        " setTimeout(() => location.reload(), 100); }</script></head>"
+        "<body><canvas></canvas></body>"
+    )
+    # When it is measured (its screenshot comes while the second document loads)
+    report = browser.measure(html, warmup_s=0.5, measure_s=0.5)
+    # Then the page is blamed for navigating, not the browser, and it was photographed
+    assert not report.measured
+    assert report.errors == ("The page navigated away or reloaded itself during measurement.",)
+    assert report.screenshot_png is not None  # of the second document, once loaded
+
+
+@pytest.mark.browser
 def test_link_popups_are_closed_and_recorded(browser: Browser) -> None:
     # Given a page that opens a window through a target=_blank link, not window.open
     html = (
