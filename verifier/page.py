@@ -255,7 +255,7 @@ async def _screenshot(
     page: Page, seen: _Observations, *, is_alive: Callable[[], bool]
 ) -> bytes | None:
     try:
-        return await page.screenshot(type="png", timeout=SCREENSHOT_TIMEOUT_S * 1000)
+        return await _png(page)
     except (PlaywrightError, TimeoutError) as exc:
         if not seen.navigated:
             _blame_page(exc, seen, is_alive=is_alive)
@@ -267,13 +267,17 @@ async def _screenshot(
     # capture screenshot"): the document it asked for gets its load, and one more try.
     try:
         await page.wait_for_load_state("load", timeout=LOAD_TIMEOUT_S * 1000)
-        return await page.screenshot(type="png", timeout=SCREENSHOT_TIMEOUT_S * 1000)
+        return await _png(page)
     except (PlaywrightError, TimeoutError) as exc:
         if not is_alive():
             raise
         # Already blamed for its navigation; it only leaves no screenshot.
         logger.debug("no screenshot after the page's navigation: %s", exc)
         return None
+
+
+async def _png(page: Page) -> bytes:
+    return await page.screenshot(type="png", timeout=SCREENSHOT_TIMEOUT_S * 1000)
 
 
 def _blame_page(exc: Exception, seen: _Observations, *, is_alive: Callable[[], bool]) -> None:

@@ -184,43 +184,42 @@ def test_good_page_report(
     assert 5.5 <= report.elapsed_s < 12
 
 
-@pytest.mark.browser
-def test_reloading_during_the_window_is_the_pages_fault(browser: Browser) -> None:
-    # Given a page that reloads itself once, half a second into the measurement
-    html = (
-        "<canvas></canvas><script>"
-        "if (!sessionStorage.getItem('seen')) { sessionStorage.setItem('seen', '1');"
-        " setTimeout(() => location.reload(), 1000); }</script>"
+def _reloading_page(*, reload_after_ms: int, busy_ms: int = 0) -> str:
+    """A page that reloads itself once, ``reload_after_ms`` after it first loads; its second
+    document keeps its main thread busy for ``busy_ms`` before it can paint."""
+    return (
+        "<head><script>if (sessionStorage.getItem('seen')) {"
+        f" const t = Date.now(); while (Date.now() - t < {busy_ms}) {{}} }}"
+        " else { sessionStorage.setItem('seen', '1');"
+        f" setTimeout(() => location.reload(), {reload_after_ms}); }}</script></head>"
+        "<body><canvas></canvas></body>"
     )
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(
+    ("html", "measure_s"),
+    [
+        # half a second into the measurement
+        (_reloading_page(reload_after_ms=1000), 1.0),
+        # during the warm-up, its screenshot then coming while the second document loads
+        (_reloading_page(reload_after_ms=100, busy_ms=300), 0.5),
+        (_reloading_page(reload_after_ms=100, busy_ms=1500), 0.5),
+    ],
+    ids=["in the window", "loading 0.3 s", "loading 1.5 s"],
+)
+def test_reloading_during_the_measurement_is_the_pages_fault(
+    browser: Browser, html: str, measure_s: float
+) -> None:
+    # Given a page that reloads itself once
     # When it is measured
-    report = browser.measure(html, warmup_s=0.5, measure_s=1.0)
-    # Then the page is blamed, and the reload was served the same document, not blocked
+    report = browser.measure(html, warmup_s=0.5, measure_s=measure_s)
+    # Then the page is blamed, not the browser, and the reload was served the same
+    # document, not blocked, and photographed once loaded
     assert not report.measured
     assert report.errors == ("The page navigated away or reloaded itself during measurement.",)
     assert report.blocked_requests == ()
     assert report.screenshot_png is not None
-
-
-@pytest.mark.browser
-@pytest.mark.parametrize("busy_ms", [300, 1500])
-def test_a_page_still_loading_its_reload_is_blamed_and_its_screenshot_waits(
-    browser: Browser, busy_ms: int
-) -> None:
-    # Given a page that reloads itself during the warm-up, and whose second document keeps
-    # its main thread busy before it can paint
-    html = (
-        "<head><script>if (sessionStorage.getItem('seen')) {"
-        f" const t = Date.now(); while (Date.now() - t < {busy_ms}) {{}} }}"
-        " else { sessionStorage.setItem('seen', '1');"
-        " setTimeout(() => location.reload(), 100); }</script></head>"
-        "<body><canvas></canvas></body>"
-    )
-    # When it is measured (its screenshot comes while the second document loads)
-    report = browser.measure(html, warmup_s=0.5, measure_s=0.5)
-    # Then the page is blamed for navigating, not the browser, and it was photographed
-    assert not report.measured
-    assert report.errors == ("The page navigated away or reloaded itself during measurement.",)
-    assert report.screenshot_png is not None  # of the second document, once loaded
 
 
 @pytest.mark.browser
