@@ -9,9 +9,10 @@ from typing import Any
 
 from sqlalchemy import Engine, func, insert, select
 
-from worker.agent.runs import RunConfig, create_run
+from worker.config import RunConfig
 from worker.fleet.runtime import Runtime
 from worker.models.base import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
+from worker.runs.create import create_run
 from worker.settings import Settings
 from worker.store.engine import utcnow
 from worker.store.lifecycle import take_outbox

@@ -15,9 +15,9 @@ from typing import NoReturn
 import click
 from pydantic import ValidationError
 
-from verifier.browser import Browser, BrowserUnavailable, DisplayMode
-from verifier.judge import DEFAULT_MIN_FPS, Verdict, judge
-from verifier.record import DEFAULT_RECORD_S, FRAME_RATE, RecorderUnavailable, record_page
+from verifier.chromium.browser import Browser, BrowserUnavailable, DisplayMode
+from verifier.chromium.judge import DEFAULT_MIN_FPS, Verdict, judge
+from verifier.chromium.record import DEFAULT_RECORD_S, FRAME_RATE, RecorderUnavailable, record_page
 from verifier.verify import browser_wanted
 from worker.errors import ConfigError
 from worker.settings import Settings

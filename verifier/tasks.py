@@ -9,7 +9,7 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
 
-from verifier.chromium import resolve_sandbox
+from verifier.chromium.binary import resolve_sandbox
 from verifier.verify import close_browser, shared_browser, verify_handoff
 from worker.errors import BrowserUnavailable
 from worker.fleet.dispatch import VERIFY_TASK

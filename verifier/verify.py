@@ -9,15 +9,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from verifier.chromium import default_executable
-from verifier.judge import judge
-from worker.agent.verdicts import VerdictIn, claim_handoff, record_verdict, release_handoff
+from verifier.chromium.binary import default_executable
+from verifier.chromium.judge import judge
 from worker.errors import BrowserUnavailable, ConfigError
 from worker.fleet.runtime import Runtime
+from worker.runs.verdicts import VerdictIn, claim_handoff, record_verdict, release_handoff
 from worker.settings import Settings
 
 if TYPE_CHECKING:
-    from verifier.browser import Browser
+    from verifier.chromium.browser import Browser
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def shared_browser(settings: Settings) -> Browser | None:
         if _browser is None:
             # Playwright and pyvirtualdisplay load with the first browser: a worker that
             # judges statically, or only runs sessions, never imports them.
-            from verifier.browser import Browser
+            from verifier.chromium.browser import Browser
 
             _browser = Browser(
                 executable_path=chromium,
@@ -120,7 +120,7 @@ def verify_handoff(
         if browser is not None:
             # Recorded in a headed browser of its own: the judging browser may be headless.
             # Imported here, as Browser above: the recorder needs Playwright too.
-            from verifier.record import video_of
+            from verifier.chromium.record import video_of
 
             video = video_of(handoff.content, settings=rt.settings, run_asks=handoff.record)
     return record_verdict(

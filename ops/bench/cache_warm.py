@@ -33,8 +33,9 @@ from ops.bench.wave_memory import (
 )
 from ops.fake_gemini import FakeGemini, SimConfig
 from scheduler.cli.follow import until_finished
-from worker.agent.runs import RunConfig, WaveSpec, create_run
 from worker.celery import create_app
+from worker.config import RunConfig, WaveSpec
+from worker.runs.create import create_run
 from worker.settings import Settings
 from worker.store.engine import utcnow
 from worker.store.warmup import first_turns

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import click
 
 from ops.bench.cache_warm import compare, shared_options
-from worker.agent.runs import RunConfig, WaveSpec
+from worker.config import RunConfig, WaveSpec
 
 #: The forecast on (the candidate), then off (the baseline: the budget check alone).
 MODES: tuple[Literal["on", "off"], ...] = ("on", "off")

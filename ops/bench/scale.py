@@ -43,10 +43,10 @@ from ops.bench.wave_memory import (
     run_to_end,
     service_options,
 )
-from worker.agent.runs import RunConfig, WaveSpec
+from worker.config import RunConfig, WaveSpec
 from worker.fleet.runtime import Runtime
-from worker.models.sim.dashboards import render_dashboard
 from worker.store.tables import artifact_versions, artifacts, runs, sessions, usage
+from worker.tasks.dashboard.pages import render_dashboard
 
 #: Redis db used as the broker, flushed before and after.
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/12"
@@ -133,7 +133,7 @@ def _ledger(
     schema has the ledger."""
     if "turn_timings" not in inspect(engine).get_table_names():
         return None, None, None, None
-    from scheduler.report.timings import timing_figures
+    from worker.reads.timings import timing_figures
 
     with engine.connect() as conn:
         dup = conn.execute(

@@ -19,15 +19,16 @@ import click
 from sqlalchemy import select
 
 from ops.bench.wave_memory import DEFAULT_PG_ADMIN_URL, scratch_database
-from worker.agent.runs import RunConfig, create_run
 from worker.agent.turn import run_turn
+from worker.config import RunConfig
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelRequest, ModelTurn, TokenUsage, calls_of
-from worker.models.sim.dashboards import render_dashboard
+from worker.runs.create import create_run
 from worker.settings import Settings
 from worker.store.engine import make_engine, utcnow
 from worker.store.lifecycle import Dispatch, take_outbox
 from worker.store.tables import sessions, turn_timings
+from worker.tasks.dashboard.pages import render_dashboard
 
 #: Turns whose CPU is printed.
 SHOWN = (1, 5, 10, 25, 50)

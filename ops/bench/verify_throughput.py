@@ -2,9 +2,9 @@
 """Throughput of the verifier: sim artifacts judged through one shared Chromium.
 
 Measures, for ``--artifacts`` pages from
-:func:`worker.models.sim.dashboards.render_dashboard` (distinct seeds, the pages the ``sim``
-model authors) judged with :func:`verifier.judge.judge` on one
-:class:`verifier.browser.Browser` per repetition: wall time, artifacts per minute, verdicts
+:func:`worker.tasks.dashboard.pages.render_dashboard` (distinct seeds, the pages the ``sim``
+model authors) judged with :func:`verifier.chromium.judge.judge` on one
+:class:`verifier.chromium.browser.Browser` per repetition: wall time, artifacts per minute, verdicts
 passed (and which checks failed), median seconds per artifact, the page fps (median and
 minimum), and the peak memory of Chromium's process tree (sum of RSS, and sum of PSS, over
 ``browser_pids()``, sampled every 250 ms). Each setting is one Chromium binary from
@@ -38,12 +38,12 @@ from typing import Any, get_args
 import click
 import psutil
 
-from verifier.browser import Browser, BrowserUnavailable, DisplayMode
-from verifier.chromium import default_executable
-from verifier.judge import Verdict, judge
+from verifier.chromium.binary import default_executable
+from verifier.chromium.browser import Browser, BrowserUnavailable, DisplayMode
+from verifier.chromium.judge import Verdict, judge
 from verifier.tasks import MAX_STARVED_RETRIES
 from worker.errors import RendererStarved
-from worker.models.sim.dashboards import render_dashboard
+from worker.tasks.dashboard.pages import render_dashboard
 
 MIB = 1024 * 1024
 #: The target: this many artifacts in at most TARGET_S seconds (scaled to ``--artifacts``).

@@ -38,10 +38,11 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from scheduler.cli.follow import until_finished
-from scheduler.report.figures import RunFigures, WaveFigures
-from worker.agent.runs import RunConfig, WaveSpec, create_run
 from worker.celery import create_app
+from worker.config import RunConfig, WaveSpec
 from worker.fleet.runtime import Runtime
+from worker.reads.figures import RunFigures, WaveFigures
+from worker.runs.create import create_run
 from worker.settings import Settings
 from worker.store.engine import migrate, require_migrated, utcnow
 

@@ -9,7 +9,7 @@ import click
 
 from ops.fake_gemini.faults import Fault, FaultRule
 from ops.fake_gemini.server import FakeGemini, SimConfig
-from worker.agent.runs import RunConfig, parse_mix
+from worker.config import RunConfig, parse_mix
 from worker.errors import InputError
 
 

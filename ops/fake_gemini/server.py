@@ -36,7 +36,7 @@ from ops.fake_gemini.faults import (
 from ops.fake_gemini.implicit import DEFAULT_TTL_S, ImplicitCache
 from worker.models.base import TokenUsage
 from worker.models.sim.model import SimModel
-from worker.models.sim.personas import flaw_for, persona_for
+from worker.tasks.dashboard.personas import flaw_for, persona_for
 
 logger = logging.getLogger(__name__)
 

@@ -37,18 +37,18 @@ from scheduler.cli.services import (
     settings_error,
 )
 from scheduler.cli.views import ladder_view, print_status
-from scheduler.report.figures import RunFigures, run_figures
 from scheduler.report.format import jsonable
-from scheduler.report.ladder_figures import Target
-from worker.agent.runs import WaveSpec
 from worker.celery import create_app
+from worker.config import WaveSpec
 from worker.errors import SwarmError
 from worker.models.pricing import PriceTable
 from worker.models.registry import GEMINI_PREFIX, Providers
+from worker.reads.figures import RunFigures, run_figures
+from worker.reads.ladders import Target
+from worker.reads.queries import latest_run_id, session_rows
 from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
 from worker.store.control import cancel_ladder, cancel_run, resume_run
 from worker.store.engine import make_engine, migrate, require_migrated, utcnow
-from worker.store.queries import latest_run_id, session_rows
 from worker.store.roles import VERIFY_ROLE, enable_verify_login
 
 __all__ = ["EXIT_OK", "EXIT_RUN_INCOMPLETE", "EXIT_UNAVAILABLE", "EXIT_USAGE", "cli", "main"]

@@ -11,9 +11,9 @@ from rich.table import Table
 
 from scheduler.cli.services import OperatorError
 from scheduler.report.diff import FigureDiff, diff_runs
-from scheduler.report.figures import RunFigures, run_figures
 from worker.errors import RunNotFound
 from worker.models.pricing import PriceTable
+from worker.reads.figures import RunFigures, run_figures
 from worker.settings import Settings
 from worker.store.engine import make_engine, require_migrated
 

@@ -16,9 +16,9 @@ from sqlalchemy.engine import Connection
 
 from scheduler.cli.services import WORKER_COMMAND, NoWorker
 from scheduler.cli.views import RunProgress
-from scheduler.report.figures import RunFigures, run_figures
 from worker.fleet.sampler import Role
 from worker.models.pricing import PriceTable
+from worker.reads.figures import RunFigures, run_figures
 from worker.states import TERMINAL, RunStatus, SessionStatus
 from worker.store.engine import run_listener, utcnow
 from worker.store.tables import runs, samples, sessions

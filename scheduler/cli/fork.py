@@ -1,6 +1,6 @@
 """``scheduler fork SESSION --at-turn N``: continue a session's history live in a new run.
 
-The work is :func:`worker.agent.fork.create_fork`. With the embedded default the fork
+The work is :func:`worker.runs.fork.create_fork`. With the embedded default the fork
 runs in this process, as ``run`` does; with a broker the workers run it, as ``enqueue``.
 """
 
@@ -22,15 +22,15 @@ from scheduler.cli.services import (
     check_broker,
     send_or_raise,
 )
-from scheduler.report.figures import RunFigures
 from scheduler.report.format import jsonable
 from scheduler.report.text import fork_table
-from worker.agent.fork import Fork, create_fork
 from worker.agent.profiles import PROFILES
 from worker.celery import create_app
 from worker.errors import ConfigError, InputError
 from worker.models.pricing import PriceTable
 from worker.models.registry import check_model
+from worker.reads.figures import RunFigures
+from worker.runs.fork import Fork, create_fork
 from worker.settings import Settings
 from worker.store.engine import migrate, require_migrated, utcnow
 from worker.store.lifecycle import take_outbox

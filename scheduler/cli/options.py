@@ -12,13 +12,14 @@ import click
 from pydantic import ValidationError
 
 from scheduler.cli.services import send_or_raise
-from worker.agent.ladders import DEFAULT_TIERS, create_ladder, parse_tiers
 from worker.agent.profiles import DEFAULT_PROFILE, PROFILES
-from worker.agent.runs import RunConfig, WaveSpec, create_run, parse_mix
+from worker.config import RunConfig, WaveSpec, parse_mix
 from worker.errors import SwarmError
 from worker.fleet.runtime import Runtime
 from worker.models.pricing import PriceTable
 from worker.models.registry import check_model
+from worker.runs.create import create_run
+from worker.runs.ladders import DEFAULT_TIERS, create_ladder, parse_tiers
 from worker.settings import Settings
 from worker.store.engine import utcnow
 from worker.store.lifecycle import take_outbox

@@ -1,7 +1,7 @@
 """``scheduler replay SESSION``: re-enact a session from its event log and check every
 artifact version byte for byte.
 
-The work is :func:`worker.agent.replay.replay_session`; this command prints its report.
+The work is :func:`worker.runs.replay.replay_session`; this command prints its report.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import click
 
 from scheduler.cli.services import OperatorError
 from scheduler.report.format import jsonable
-from worker.agent.replay import ReplayReport, replay_session
 from worker.errors import InputError
+from worker.runs.replay import ReplayReport, replay_session
 from worker.settings import Settings
 from worker.store.engine import make_engine, require_migrated, utcnow
 

@@ -1,6 +1,6 @@
 """``scheduler report RUN_OR_LADDER``: what a run or a ladder cost and did.
 
-The figures come from :mod:`scheduler.report.ladder_figures`; this command prints them as rich
+The figures come from :mod:`worker.reads.ladders`; this command prints them as rich
 tables (:mod:`scheduler.report.text`) or JSON, and has :mod:`scheduler.report.html` write the
 page for ``--html``.
 """
@@ -14,10 +14,10 @@ import click
 from rich.console import Console
 
 from scheduler.report.format import jsonable
-from scheduler.report.ladder_figures import Target, figures_for, runs_of
 from scheduler.report.text import report_view
 from worker.errors import InputError, RunNotFound
 from worker.models.pricing import PriceTable
+from worker.reads.ladders import Target, figures_for, runs_of
 from worker.settings import Settings
 from worker.store.engine import make_engine, require_migrated
 

@@ -1,6 +1,6 @@
 """How a run looks in a terminal: the status table, a ladder's runs and the live progress bar.
 
-Every view reads :class:`~scheduler.report.figures.RunFigures`, the figures ``report`` reads.
+Every view reads :class:`~worker.reads.figures.RunFigures`, the figures ``report`` reads.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from scheduler.report.figures import RunFigures
 from scheduler.report.format import clock, jsonable, ms
-from scheduler.report.timings import TurnTimings
+from worker.reads.figures import RunFigures
+from worker.reads.queries import SessionRow
+from worker.reads.timings import TurnTimings
 from worker.states import SessionStatus, WaveStatus
-from worker.store.queries import SessionRow
 
 if TYPE_CHECKING:
     from worker.models.limiter.base import LimiterState

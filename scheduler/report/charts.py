@@ -12,9 +12,9 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from scheduler.report.figures import RunFigures
 from scheduler.report.format import BYTES_PER_MIB, OUTCOME_LABELS
-from scheduler.report.gallery import RunDetail
+from worker.reads.details import RunDetail
+from worker.reads.figures import RunFigures
 from worker.states import CostBucket
 
 #: Parts of a wave's bill, bottom to top, with their colours.

@@ -1,6 +1,6 @@
 """Two runs' figures side by side, with the ratio of each: what ``scheduler diff`` shows.
 
-Everything is read from :class:`~scheduler.report.figures.RunFigures`; nothing is queried.
+Everything is read from :class:`~worker.reads.figures.RunFigures`; nothing is queried.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from scheduler.report.figures import RunFigures
 from scheduler.report.format import mib, pct, usd
+from worker.reads.figures import RunFigures
 
 __all__ = ["FIGURES", "FigureDiff", "diff_runs"]
 

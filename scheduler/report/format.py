@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from worker.states import CostBucket
 
 if TYPE_CHECKING:
-    from scheduler.report.ladder_figures import Comparison
+    from worker.reads.ladders import Comparison
 
 __all__ = [
     "BYTES_PER_MIB",

@@ -24,10 +24,11 @@ from scheduler.report.charts import (
     waste_chart,
     wave_cost_chart,
 )
-from scheduler.report.figures import RunFigures
 from scheduler.report.format import OUTCOME_LABELS, arrow, delta, duration, mib, ms, pct, usd
-from scheduler.report.gallery import RssSeries, RunDetail, Shot, load_details
-from scheduler.report.ladder_figures import LadderFigures, runs_of
+from scheduler.report.gallery import data_uri, thumb_size
+from worker.reads.details import RssSeries, RunDetail, Shot, load_details
+from worker.reads.figures import RunFigures
+from worker.reads.ladders import LadderFigures, runs_of
 from worker.states import CostBucket
 
 __all__ = [
@@ -73,6 +74,8 @@ def render_html(figures: RunFigures | LadderFigures, details: Mapping[int, RunDe
         outcomes=[(b, OUTCOME_LABELS[b], OUTCOME_COLOURS[b]) for b in CostBucket],
         arrow=arrow,
         delta=delta,
+        data_uri=data_uri,
+        thumb_size=thumb_size,
         rss_chart=rss_chart,
         wave_cost_chart=wave_cost_chart,
         overhead_chart=overhead_chart,

@@ -1,7 +1,7 @@
 """A run's or a ladder's figures as rich tables, for ``scheduler report`` in a terminal.
 
-The figures come from :mod:`scheduler.report.figures` and
-:mod:`scheduler.report.ladder_figures`; the text of each cell from
+The figures come from :mod:`worker.reads.figures` and
+:mod:`worker.reads.ladders`; the text of each cell from
 :mod:`scheduler.report.format`.
 """
 
@@ -14,10 +14,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from scheduler.report.figures import RunFigures
-from scheduler.report.forks import ForkFigures
 from scheduler.report.format import arrow, delta, duration, mib, ms, pct, usd
-from scheduler.report.ladder_figures import LadderFigures, runs_of
+from worker.reads.figures import RunFigures
+from worker.reads.forks import ForkFigures
+from worker.reads.ladders import LadderFigures, runs_of
 from worker.states import CostBucket
 
 __all__ = ["fork_table", "report_view"]

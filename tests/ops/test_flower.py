@@ -31,8 +31,8 @@ from sqlalchemy import Engine, select
 from scheduler.cli.follow import until_finished
 from tests.conftest import ROOT, WorkerProcess, service_env
 from tests.factories import enqueue
-from verifier.chromium import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
-from verifier.png import png_is_blank
+from verifier.chromium.binary import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
+from verifier.chromium.png import png_is_blank
 from worker.settings import Settings
 from worker.store.tables import sessions
 

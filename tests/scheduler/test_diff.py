@@ -10,11 +10,11 @@ from sqlalchemy import Engine
 
 from scheduler.cli.follow import until_finished
 from scheduler.report.diff import FIGURES
-from scheduler.report.figures import run_figures
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue
-from tests.worker.agent.conftest import RUN_TIMEOUT_S, scheduler
+from tests.worker.runs.conftest import RUN_TIMEOUT_S, scheduler
 from worker.models.pricing import PriceTable
+from worker.reads.figures import run_figures
 from worker.settings import Settings
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine
 
 from scheduler.cli import follow
-from scheduler.report.figures import run_figures
 from tests.factories import make_run
+from worker.reads.figures import run_figures
 from worker.states import Outcome
 from worker.store.engine import notify_run, utcnow
 from worker.store.lifecycle import end_session

@@ -12,9 +12,9 @@ from sqlalchemy import Engine, select
 
 from scheduler.cli import cli
 from tests.conftest import WorkerProcess
-from worker.agent.ladders import create_ladder, parse_tiers
-from worker.agent.runs import RunConfig
+from worker.config import RunConfig
 from worker.errors import InputError
+from worker.runs.ladders import create_ladder, parse_tiers
 from worker.settings import Settings
 from worker.store.engine import utcnow
 from worker.store.tables import ladders, outbox, runs, sessions

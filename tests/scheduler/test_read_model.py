@@ -19,12 +19,12 @@ from sqlalchemy import Engine, update
 
 from scheduler.cli import cli
 from scheduler.cli.options import _CONFIG_FIELDS
-from scheduler.report.figures import SessionCounts, run_figures
 from scheduler.report.format import jsonable
 from tests.conftest import ROOT
 from tests.factories import make_run
-from worker.agent.runs import RunConfig, parse_mix
+from worker.config import RunConfig, parse_mix
 from worker.models.pricing import PriceTable
+from worker.reads.figures import SessionCounts, run_figures
 from worker.settings import Settings
 from worker.states import CostBucket, Outcome, RunStatus, SessionStatus
 from worker.store.engine import make_engine, migrate

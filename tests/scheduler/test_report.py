@@ -20,14 +20,14 @@ from sqlalchemy import Engine, func, insert, select, update
 from scheduler.cli import cli
 from scheduler.cli.follow import until_finished
 from scheduler.cli.views import status_view
-from scheduler.report.figures import run_figures
-from scheduler.report.ladder_figures import Target
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue, make_run
-from verifier.chromium import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
-from verifier.png import png_is_blank
+from verifier.chromium.binary import CHROMIUM_ARGS, DEFAULT_CHROMIUM_PATH
+from verifier.chromium.png import png_is_blank
 from worker.errors import InputError
 from worker.models.pricing import PriceTable
+from worker.reads.figures import run_figures
+from worker.reads.ladders import Target
 from worker.settings import Settings
 from worker.store.engine import utcnow
 from worker.store.tables import caches, events, ladders, runs, samples, sessions, usage

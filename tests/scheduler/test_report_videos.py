@@ -15,8 +15,8 @@ from scheduler.cli.follow import until_finished
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue, passed_verdicts
 from tests.scheduler.test_report import report
-from verifier.chromium import DEFAULT_CHROMIUM_PATH
-from verifier.page import VIEWPORT
+from verifier.chromium.binary import DEFAULT_CHROMIUM_PATH
+from verifier.chromium.page import VIEWPORT
 from worker.settings import Settings
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.browser]

@@ -15,12 +15,12 @@ from sqlalchemy import Engine, func, select
 
 from scheduler.cli.follow import until_finished
 from scheduler.cli.views import status_view
-from scheduler.report.figures import run_figures
-from scheduler.report.timings import Percentiles, percentile
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue
 from worker.fleet.dispatch import CeleryDispatcher
 from worker.models.pricing import PriceTable
+from worker.reads.figures import run_figures
+from worker.reads.timings import Percentiles, percentile
 from worker.settings import Settings
 from worker.store.lifecycle import Dispatch
 from worker.store.tables import runs, sessions, turn_timings, usage

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from verifier.browser import Browser
-from verifier.chromium import DEFAULT_CHROMIUM_PATH
+from verifier.chromium.binary import DEFAULT_CHROMIUM_PATH
+from verifier.chromium.browser import Browser
 
-PAGES = Path(__file__).parent / "pages"
+PAGES = Path(__file__).parent / "chromium" / "pages"
 #: Frame rate the tests ask of a page. The machine running them may be busy with other work,
 #: so it sits well below the 60 fps the looping pages reach when idle and well above the
 #: 10 fps that timer_raf.html is capped at by construction.

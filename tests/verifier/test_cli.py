@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from verifier.cli import EXIT_FAILED, EXIT_PASSED, EXIT_UNJUDGED, cli
 
-PAGES = Path(__file__).parent / "pages"
+PAGES = Path(__file__).parent / "chromium" / "pages"
 ROOT = Path(__file__).resolve().parents[2]
 #: Passed as --min-fps: the machine running the tests may be busy (see conftest).
 MIN_FPS = "15"

@@ -14,15 +14,15 @@ from scheduler.cli import cli
 from scheduler.cli.follow import until_finished
 from tests.conftest import WorkerProcess
 from tests.factories import ScriptedModel, call, make_run, model_turn, run_script
-from tests.verifier.test_browser import on_loaded
-from verifier.browser import Browser
+from tests.verifier.chromium.test_browser import on_loaded
+from verifier.chromium.browser import Browser
 from verifier.verify import verify_handoff
 from worker.agent.turn import run_turn
 from worker.errors import BrowserUnavailable
 from worker.fleet.runtime import Runtime
-from worker.models.sim.dashboards import render_dashboard
-from worker.models.sim.personas import flaw_for
 from worker.store.tables import events, sessions, verifications
+from worker.tasks.dashboard.pages import render_dashboard
+from worker.tasks.dashboard.personas import flaw_for
 
 pytestmark = [pytest.mark.services, pytest.mark.browser]
 BROWSER_ONLY_FLAWS = {"js_error", "static_canvas"}

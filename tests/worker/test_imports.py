@@ -87,7 +87,7 @@ def test_importing_the_worker_loads_no_heavy_library() -> None:
 
 def test_the_browser_verifier_and_gemini_still_bring_their_libraries() -> None:
     # When the modules that use them are imported
-    modules = _modules_after("import verifier.browser, worker.models.gemini.client")
+    modules = _modules_after("import verifier.chromium.browser, worker.models.gemini.client")
     # Then they are loaded (the lazy imports above name modules that exist)
     assert _leaked(modules, ["playwright", "pyvirtualdisplay", "google.genai"]) == [
         "playwright",

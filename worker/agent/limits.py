@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 
 from worker.agent.events import Event, ModelOutput, Nudge, NudgeReason, ToolFailure, ToolResult
 from worker.agent.prompt import LOOP_HINT
-from worker.agent.runs import RunConfig
+from worker.config import RunConfig
 from worker.errors import LimitExceeded
 from worker.models.base import calls_of
 from worker.states import Outcome

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.agent.checks import DEFAULT_MAX_BYTES
 from worker.errors import ConfigError
+from worker.tasks.dashboard.checks import DEFAULT_MAX_BYTES
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from sqlalchemy.engine import Connection
 
 from worker.agent import workspace
-from worker.agent.checks import passed, static_checks
 from worker.agent.profiles import Profile
 from worker.agent.regions import RegionNotFound, region_ids, replace_region
 from worker.errors import ToolError
 from worker.models.base import FunctionCall, ToolSpec
+from worker.tasks.dashboard.checks import passed, static_checks
 
 #: Artifact names: a plain file name, never a path.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"

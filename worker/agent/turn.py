@@ -29,9 +29,9 @@ from worker.agent.events import (
 )
 from worker.agent.profiles import get_profile
 from worker.agent.prompt import build_prefix, user_text
-from worker.agent.runs import RunConfig
 from worker.agent.timings import OVERHEAD_PHASES, PHASES, TurnTimer
 from worker.agent.tools import ToolContext, run_tool
+from worker.config import RunConfig
 from worker.errors import (
     ConfigError,
     LimitExceeded,

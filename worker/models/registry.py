@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import redis
 from sqlalchemy import Engine
 
-from worker.agent.runs import RunConfig
+from worker.config import RunConfig
 from worker.errors import ConfigError, LimiterUnavailable
 from worker.models.base import Model, ModelRequest
 from worker.models.gemini.cache import RunCache, drop_ended
@@ -17,10 +17,10 @@ from worker.models.limiter.base import LimitConfig, Limiter, LimiterState, Local
 from worker.models.limiter.redis import RedisLimiter
 from worker.models.pricing import PriceTable
 from worker.models.sim.model import SimModel
-from worker.models.sim.personas import Persona, flaw_for
 from worker.settings import Settings
 from worker.store.engine import utcnow
 from worker.store.sessions import SessionView
+from worker.tasks.dashboard.personas import Persona, flaw_for
 
 if TYPE_CHECKING:
     from google import genai

@@ -10,13 +10,13 @@ from sqlalchemy import select
 from tests.factories import ScriptedModel, call, make_run, model_turn, page
 from worker.agent.events import Event, ModelOutput, Nudge, NudgeReason, ToolFailure, ToolResult
 from worker.agent.limits import find_loop
-from worker.agent.runs import RunConfig
 from worker.agent.turn import run_turn
+from worker.config import RunConfig
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelTurn
 from worker.models.sim.model import SimModel
-from worker.models.sim.personas import Persona
 from worker.store.tables import events, runs, sessions
+from worker.tasks.dashboard.personas import Persona
 
 pytestmark = pytest.mark.services
 

@@ -11,13 +11,13 @@ from sqlalchemy import select
 
 from tests.factories import make_run
 from worker.agent.turn import run_turn
-from worker.agent.verdicts import VerdictIn, load_handoff, record_verdict
 from worker.fleet.runtime import Runtime
 from worker.models.sim import model as sim_model
-from worker.models.sim.dashboards import render_dashboard
 from worker.models.sim.model import SimModel
-from worker.models.sim.personas import Persona
+from worker.runs.verdicts import VerdictIn, load_handoff, record_verdict
 from worker.store.tables import artifact_versions, artifacts, events, plans, sessions, usage
+from worker.tasks.dashboard.pages import render_dashboard
+from worker.tasks.dashboard.personas import Persona
 
 pytestmark = pytest.mark.services
 

@@ -10,8 +10,8 @@ from sqlalchemy import Engine, select
 
 from tests.factories import call as tool_call
 from tests.factories import make_run, model_turn, page, run_script
-from worker.agent.verdicts import claim_handoff, load_handoff
 from worker.fleet.runtime import Runtime
+from worker.runs.verdicts import claim_handoff, load_handoff
 from worker.states import Outcome
 from worker.store.engine import utcnow
 from worker.store.lifecycle import end_session, take_outbox

@@ -13,11 +13,11 @@ from scheduler.cli import cli
 from scheduler.cli.follow import until_finished
 from tests.conftest import WorkerProcess
 from tests.factories import ScriptedModel, call, make_run, model_turn
-from worker.agent.ladders import create_ladder
-from worker.agent.runs import RunConfig
 from worker.agent.turn import run_turn
+from worker.config import RunConfig
 from worker.errors import InputError
 from worker.fleet.runtime import Runtime
+from worker.runs.ladders import create_ladder
 from worker.settings import Settings
 from worker.store.control import cancel_run, resume_run
 from worker.store.lifecycle import claim_turn, take_outbox

@@ -18,16 +18,15 @@ from typing import Any
 
 from worker.agent.profiles import MARKDOWN_CLAUSE
 from worker.agent.prompt import ARTIFACT_NAME, FEEDBACK_OPENING, LOOP_HINT
+from worker.config import DEFAULT_JITTER
 from worker.models.base import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
-from worker.models.sim.dashboards import render_dashboard, render_lite, render_region
-from worker.models.sim.personas import Persona
+from worker.tasks.dashboard.pages import render_dashboard, render_lite, render_region
+from worker.tasks.dashboard.personas import Persona
 
 #: Smallest prefix, in tokens, that the provider caches implicitly.
 MIN_CACHED_TOKENS = 1024
 #: Approximate characters per token.
 CHARS_PER_TOKEN = 4
-#: Share by which one call's latency varies either way of the mean, unless the run says.
-DEFAULT_JITTER = 0.2
 
 
 @dataclass
@@ -102,7 +101,7 @@ class SimModel:
         jitter: Share by which one call's wall time varies either way of the mean.
         design_seed: Seed of the dashboard it authors.
         title: Title of that dashboard.
-        flaw: A defect of its first draft (see ``worker.models.sim.dashboards.FLAWS``), repaired on
+        flaw: A defect of its first draft (see ``worker.tasks.dashboard.pages.FLAWS``), repaired on
             the verifier's findings.
         metrics: What the brief asks the dashboard to show (used by the compact card).
     """

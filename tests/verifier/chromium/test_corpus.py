@@ -1,0 +1,292 @@
+"""Every page of the corpus gets exactly the verdict it deserves.
+
+Where each page comes from is in ``pages/PROVENANCE.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+
+import pytest
+
+from verifier.chromium.browser import Browser
+from verifier.chromium.judge import judge
+
+logger = logging.getLogger(__name__)
+
+STATIC = ["size", "canvas_2d", "raf_loop", "no_external_url"]
+IN_BROWSER = [
+    "fps",
+    "own_loop_share",
+    "loop_keeps_running",
+    "canvas_changes",
+    "no_page_errors",
+    "no_blocked_requests",
+    "no_popups",
+    "no_sockets",
+    "screenshot_not_blank",
+]
+#: The browser checks that fail when the page's loop does not run on its own.
+NOT_ANIMATING = ["fps", "own_loop_share", "loop_keeps_running", "canvas_changes"]
+
+#: Pages the static checks already refuse: the browser must not be used at all.
+STATIC_FAILURES = {
+    "cdn_script.html": ["no_external_url"],
+    "css_import.html": ["no_external_url"],
+    "external_fetch.html": ["no_external_url"],
+    "websocket.html": ["no_external_url"],
+    "set_interval.html": ["raf_loop"],
+}
+
+#: Pages that pass the static checks and are caught (or passed) in Chromium.
+BROWSER_VERDICTS = {
+    "good.html": [],
+    "cdn_script_runtime.html": ["no_blocked_requests"],
+    "css_import_runtime.html": ["no_blocked_requests"],
+    "external_fetch_runtime.html": ["no_blocked_requests"],
+    "websocket_hidden.html": ["no_sockets"],
+    "eventsource.html": ["no_page_errors", "no_sockets"],
+    "js_error.html": ["no_page_errors"],
+    "static_canvas.html": NOT_ANIMATING,
+    # a large chart drawn once above a small sparkline that moves every frame: alive
+    "still_chart_live_sparkline.html": [],
+    "blank.html": ["canvas_changes", "screenshot_not_blank"],
+    "popup.html": ["no_popups"],
+    "timer_raf.html": ["fps", "own_loop_share"],
+    "busy.html": [*NOT_ANIMATING, "no_page_errors", "screenshot_not_blank"],
+    # still at 60 fps when a two-second window closes, still from four seconds on
+    "loop_stops_after_seconds.html": ["loop_keeps_running", "canvas_changes"],
+    # 60 frames, then nothing: too few frames over the judged time, and stopped
+    "loop_stops_mid_window.html": ["fps", "loop_keeps_running", "canvas_changes"],
+    # the loop starts on the first mousemove, which never reaches the page
+    "input_started_loop.html": NOT_ANIMATING,
+    # one frame per mousemove and none without
+    "input_driven_only.html": NOT_ANIMATING,
+    # links and comments name URLs, nothing loads them
+    "credit_link.html": [],
+    # a string followed by a `//d3.format` comment is no protocol-relative URL
+    "comment_after_string.html": [],
+}
+
+#: What a failing check must say (a regular expression), for pages whose hint used to point
+#: at the wrong fix. The stop times are those of an idle machine, with room for a busy one.
+EXPECTED_HINTS = {
+    "loop_stops_after_seconds.html": ("loop_keeps_running", r"stopped (3\.9|4\.\d) s after load"),
+    "loop_stops_mid_window.html": ("fps", r"because it stopped (0\.\d|1\.\d|2\.\d) s after"),
+    "input_started_loop.html": ("own_loop_share", r"waits for input \(it listens for mousemove\)"),
+    "input_driven_only.html": ("fps", r"waits for input \(it listens for mousemove\)"),
+}
+
+#: The one thing each page does wrong, as the check's measured value shows it.
+EXPECTED_VALUES = {
+    "cdn_script_runtime.html": ("no_blocked_requests", ["https://cdn.jsdelivr.net/npm/chart.js"]),
+    "css_import_runtime.html": (
+        "no_blocked_requests",
+        ["https://fonts.googleapis.com/css2?family=Inter"],
+    ),
+    "external_fetch_runtime.html": (
+        "no_blocked_requests",
+        ["https://api.example.com/prices.json"],
+    ),
+    "websocket_hidden.html": ("no_sockets", ["WebSocket wss://feed.example.com/live"]),
+    "eventsource.html": ("no_sockets", ["EventSource https://events.example.com/stream"]),
+    "js_error.html": (
+        "no_page_errors",
+        ["TypeError: Cannot read properties of undefined (reading 'map')"],
+    ),
+    "popup.html": ("no_popups", {"window_open": ["about:blank"], "popups": []}),
+}
+
+
+class _NoBrowser:
+    """Stands in for Browser where the static checks must stop the page first."""
+
+    def measure(self, html: str, **_: object) -> object:
+        raise AssertionError("the browser was used for a page that fails its static checks")
+
+
+@pytest.mark.parametrize(("name", "failed"), STATIC_FAILURES.items())
+def test_static_failures_never_reach_the_browser(
+    page_html: Callable[[str], str], name: str, failed: list[str]
+) -> None:
+    # Given a page with a defect visible in its source
+    # When it is judged
+    verdict = judge(page_html(name), browser=_NoBrowser())  # type: ignore[arg-type]
+    # Then exactly that static check fails and no browser check exists
+    assert not verdict.passed
+    assert verdict.failed == failed
+    assert [check.name for check in verdict.checks] == STATIC
+    assert verdict.fps is None
+    assert verdict.screenshot_png is None
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(("name", "failed"), BROWSER_VERDICTS.items())
+def test_browser_verdicts(
+    browser: Browser,
+    page_html: Callable[[str], str],
+    min_fps: float,
+    name: str,
+    failed: list[str],
+) -> None:
+    # Given a page that passes the static checks
+    html = page_html(name)
+    # When it is judged in Chromium
+    verdict = judge(html, browser=browser, min_fps=min_fps, retry_starved=False)
+    # Then exactly the checks it deserves fail, after all static and browser checks ran
+    assert [check.name for check in verdict.checks] == STATIC + IN_BROWSER
+    assert verdict.failed == failed, [c.detail for c in verdict.checks if not c.passed]
+    assert verdict.passed is (not failed)
+    assert verdict.fps is not None
+    if name in EXPECTED_VALUES:
+        check_name, value = EXPECTED_VALUES[name]
+        assert next(c.value for c in verdict.checks if c.name == check_name) == value
+    if name in EXPECTED_HINTS:
+        check_name, hint = EXPECTED_HINTS[name]
+        assert re.search(hint, next(c.detail for c in verdict.checks if c.name == check_name))
+    for check in verdict.checks:
+        if not check.passed and name != "timer_raf.html":
+            assert "setTimeout" not in check.detail, check
+    for check in verdict.checks:
+        assert check.detail.endswith("."), check
+
+
+@pytest.mark.browser
+def test_good_page_report(
+    browser: Browser, page_html: Callable[[str], str], min_fps: float
+) -> None:
+    # Given the good dashboard
+    html = page_html("good.html")
+    # When it is measured
+    report = browser.measure(html)
+    # Then its own loop drives every frame of a full-window canvas that changes
+    logger.info("good.html measured in %.2fs at %.1f fps", report.elapsed_s, report.fps)
+    assert report.measured
+    assert report.fps >= min_fps
+    assert report.own_loop_share >= 0.9
+    assert report.callbacks_per_s == pytest.approx(report.fps, rel=0.05)
+    assert report.canvas_size == (1280, 800)
+    assert report.canvas_changed
+    assert report.contexts_2d == 1
+    assert report.draw_calls > 100
+    assert report.errors == report.blocked_requests == report.sockets == ()
+    assert report.window_opens == report.popups == ()
+    assert not report.crashed
+    assert report.screenshot_png is not None
+    assert report.screenshot_png.startswith(b"\x89PNG")
+    assert report.screenshot_blank is False
+    assert report.late_fps >= min_fps
+    assert report.canvas_changed_late
+    assert report.judged_until_s >= 5.0
+    assert report.inputs_blocked > 0  # headless Chromium's pointer move at (0,0)
+    assert 5.5 <= report.elapsed_s < 12
+
+
+def _reloading_page(*, reload_after_ms: int, busy_ms: int = 0) -> str:
+    """A page that reloads itself once, ``reload_after_ms`` after it first loads; its second
+    document keeps its main thread busy for ``busy_ms`` before it can paint."""
+    return (
+        "<head><script>if (sessionStorage.getItem('seen')) {"
+        f" const t = Date.now(); while (Date.now() - t < {busy_ms}) {{}} }}"
+        " else { sessionStorage.setItem('seen', '1');"
+        f" setTimeout(() => location.reload(), {reload_after_ms}); }}</script></head>"
+        "<body><canvas></canvas></body>"
+    )
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(
+    ("html", "measure_s"),
+    [
+        # half a second into the measurement
+        (_reloading_page(reload_after_ms=1000), 1.0),
+        # during the warm-up, its screenshot then coming while the second document loads
+        (_reloading_page(reload_after_ms=100, busy_ms=300), 0.5),
+        (_reloading_page(reload_after_ms=100, busy_ms=1500), 0.5),
+    ],
+    ids=["in the window", "loading 0.3 s", "loading 1.5 s"],
+)
+def test_reloading_during_the_measurement_is_the_pages_fault(
+    browser: Browser, html: str, measure_s: float
+) -> None:
+    # Given a page that reloads itself once
+    # When it is measured
+    report = browser.measure(html, warmup_s=0.5, measure_s=measure_s)
+    # Then the page is blamed, not the browser, and the reload was served the same
+    # document, not blocked, and photographed once loaded
+    assert not report.measured
+    assert report.errors == ("The page navigated away or reloaded itself during measurement.",)
+    assert report.blocked_requests == ()
+    assert report.screenshot_png is not None
+
+
+@pytest.mark.browser
+def test_link_popups_are_closed_and_recorded(browser: Browser) -> None:
+    # Given a page that opens a window through a target=_blank link, not window.open
+    html = (
+        "<canvas></canvas><script>const a = document.createElement('a');"
+        " a.href = 'about:blank#details'; a.target = '_blank';"
+        " document.body.appendChild(a); a.click();</script>"
+    )
+    # When it is measured
+    report = browser.measure(html, warmup_s=0.2, measure_s=0.3)
+    # Then the popup that appeared is recorded (and was closed at once)
+    assert len(report.popups) == 1
+    assert report.window_opens == ()
+
+
+@pytest.mark.browser
+def test_page_that_never_finishes_loading_is_blamed(
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a page whose inline script never returns, and a short load timeout
+    monkeypatch.setattr("verifier.chromium.page.LOAD_TIMEOUT_S", 2.0)
+    html = "<canvas></canvas><script>for (;;) {}</script>"
+    # When it is measured
+    report = browser.measure(html, warmup_s=0.1, measure_s=0.2)
+    # Then the page is reported unresponsive, not the browser unavailable
+    assert not report.measured
+    assert report.errors[0].startswith("The page stopped responding")
+    assert report.screenshot_png is None
+
+
+@pytest.mark.browser
+def test_events_a_page_dispatches_itself_still_reach_it(browser: Browser, min_fps: float) -> None:
+    # Given a page whose loop starts on a mousemove that the page dispatches itself
+    html = (
+        "<canvas width=200 height=100></canvas><script>"
+        "const ctx = document.querySelector('canvas').getContext('2d');"
+        "function frame(t) { ctx.fillStyle = `hsl(${t / 10 % 360}, 80%, 50%)`;"
+        " ctx.fillRect(0, 0, 200, 100); requestAnimationFrame(frame); }"
+        "addEventListener('mousemove', () => requestAnimationFrame(frame), { once: true });"
+        "dispatchEvent(new MouseEvent('mousemove'));</script>"
+    )
+    # When it is measured
+    report = browser.measure(html)
+    # Then only the browser's trusted input was kept from it: its own event started the loop
+    assert report.inputs_blocked > 0
+    assert report.input_listeners == ("mousemove",)
+    assert report.fps >= min_fps
+    assert report.late_fps > 0
+    assert report.canvas_changed_late
+
+
+@pytest.mark.browser
+def test_a_loop_that_starts_late_is_judged_on_its_own_frames(
+    browser: Browser, min_fps: float
+) -> None:
+    # Given a page that shows a still splash for 1.5 s, then starts its rAF loop for good
+    html = (
+        "<canvas width=200 height=100></canvas><script>"
+        "const ctx = document.querySelector('canvas').getContext('2d');"
+        "ctx.fillRect(0, 0, 200, 100);"
+        "function frame(t) { ctx.fillStyle = `hsl(${t / 10 % 360}, 80%, 50%)`;"
+        " ctx.fillRect(0, 0, 200, 100); requestAnimationFrame(frame); }"
+        "setTimeout(() => requestAnimationFrame(frame), 1500);</script>"
+    )
+    # When it is judged
+    verdict = judge(html, browser=browser, min_fps=min_fps, retry_starved=False)
+    # Then it passes: the timer only delayed the start, every frame after it was its own
+    assert verdict.passed, [c.detail for c in verdict.checks if not c.passed]

@@ -1,0 +1,136 @@
+"""What a run is asked to do: its wave spec and its per-run behaviour, stored with it.
+
+A leaf: every layer may read a run's configuration.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from worker.errors import InputError
+from worker.tasks.dashboard.personas import Persona
+
+_WAVE_RE = re.compile(r"^\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*$")
+#: Most sessions one run may hold.
+MAX_SESSIONS = 10_000
+#: Share by which one sim call's latency varies either way of the mean, unless the run says.
+DEFAULT_JITTER = 0.2
+
+
+@dataclass(frozen=True)
+class WaveSpec:
+    """``waves`` consecutive waves of ``size`` concurrent sessions."""
+
+    waves: int
+    size: int
+
+    @classmethod
+    def parse(cls, text: str) -> WaveSpec:
+        """Parse ``NxM`` (N waves of M sessions) or ``N`` (one wave of N).
+
+        Raises:
+            InputError: not of that form, or out of range.
+        """
+        match = _WAVE_RE.match(text)
+        if not match:
+            raise InputError(f"wave spec {text!r} is not NxM (N waves of M sessions), e.g. 10x10")
+        first, second = int(match[1]), match[2]
+        spec = cls(first, int(second)) if second is not None else cls(1, first)
+        if spec.waves < 1 or spec.size < 1:
+            raise InputError(f"wave spec {text!r} needs at least one wave of one session")
+        if spec.total > MAX_SESSIONS:
+            raise InputError(
+                f"wave spec {text!r} asks for {spec.total} sessions; the most is {MAX_SESSIONS}"
+            )
+        return spec
+
+    @property
+    def total(self) -> int:
+        """Sessions in the run."""
+        return self.waves * self.size
+
+    def __str__(self) -> str:
+        return f"{self.waves}x{self.size}"
+
+
+class RunConfig(BaseModel):
+    """Per-run behaviour, stored with the run so every worker applies the same rules."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    waves: str
+    """The wave spec, e.g. ``10x10``."""
+    seed: int = 0
+    """Seeds briefs and the sim model; the same seed gives the same run."""
+    max_turns: int = Field(default=40, ge=1)
+    """Turns after which a session is stopped."""
+    repair_rounds: int = Field(default=2, ge=0)
+    """Verifier rejections a session may repair before it fails."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Tokens a session may spend before it is stopped (None: no limit)."""
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    """Dollars a session may spend before it is stopped (None: no limit)."""
+    loop_repeat: int = Field(default=3, ge=2)
+    """The same calls this many turns in a row are a loop."""
+    loop_errors: int = Field(default=4, ge=2)
+    """This many tool errors in a row are a loop."""
+    loop_idle_turns: int = Field(default=6, ge=2)
+    """This many turns without writing the artifact are a loop."""
+    sim_latency_ms: int = Field(default=1500, ge=0)
+    """Mean latency of one sim model call."""
+    sim_latency_jitter: float = Field(default=DEFAULT_JITTER, ge=0.0, le=1.0)
+    """Share by which one sim call's latency varies either way of the mean (0: every call
+    takes the mean exactly, so the model floor of a run is known to the millisecond)."""
+    sim_mix: dict[str, float] = Field(default_factory=lambda: {"diligent": 1.0})
+    """Weights of sim personas."""
+    sim_flaw_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Share of sim sessions whose first draft has a defect."""
+    cache: Literal["implicit", "explicit"] = "implicit"
+    """Gemini context caching: the API's implicit cache, or one explicit cache per run
+    holding the stable prefix (system instruction and tools)."""
+    record: bool = False
+    """Record every artifact the run verifies in a browser as a video, kept with its
+    verdict."""
+    cache_warm: Literal["on", "off"] = "on"
+    """Cache-warm dispatch: a wave that starts on a prefix the model has not cached lately
+    sends one first turn, and the rest once it completes (``worker.store.warmup``)."""
+    forecast: Literal["on", "off"] = "on"
+    """With a budget, stop the run before a wave whose sessions the budget forecast says
+    cannot all be paid (``worker.store.forecast``)."""
+    cache_warm_cap_s: float = Field(default=8.0, ge=0)
+    """Longest wait of a wave's other first turns for the warming one."""
+
+    @field_validator("sim_mix")
+    @classmethod
+    def _known_personas(cls, mix: dict[str, float]) -> dict[str, float]:
+        unknown = set(mix) - {p.value for p in Persona}
+        if unknown:
+            raise ValueError(
+                f"unknown persona(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(p.value for p in Persona)}"
+            )
+        if not mix or any(w < 0 for w in mix.values()) or sum(mix.values()) <= 0:
+            raise ValueError("persona weights must be non-negative and not all zero")
+        return mix
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """Parse ``diligent=3,sloppy=1`` (or ``sloppy``) into persona weights.
+
+    Raises:
+        InputError: malformed text.
+    """
+    mix: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, weight = item.partition("=")
+        try:
+            mix[name.strip()] = float(weight) if weight else 1.0
+        except ValueError:
+            raise InputError(f"persona weight {weight!r} in {text!r} is not a number") from None
+    if not mix:
+        raise InputError("the persona mix is empty")
+    return mix

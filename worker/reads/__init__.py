@@ -1,0 +1,1 @@
+"""The read model: every read of runs, sessions and their figures that commands show."""

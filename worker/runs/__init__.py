@@ -1,0 +1,1 @@
+"""Run use-cases: creating runs and ladders, forking, replaying, and recording verdicts."""

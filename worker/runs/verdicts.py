@@ -1,0 +1,245 @@
+"""What a verdict does to its session: success, a repair round, or failure."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import bindparam, insert, select
+from sqlalchemy.engine import Row
+from sqlalchemy.sql import ColumnElement, Select
+
+from worker.agent.events import Feedback
+from worker.agent.profiles import get_profile
+from worker.agent.prompt import feedback_text, user_text
+from worker.config import RunConfig
+from worker.fleet.runtime import Runtime
+from worker.states import Outcome, SessionStatus
+from worker.store import lifecycle
+from worker.store.sessions import add_events
+from worker.store.tables import artifact_versions as _versions
+from worker.store.tables import runs, sessions, verifications
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """The artifact version a session handed off and waits on."""
+
+    session_id: int
+    round: int
+    version_id: int
+    content: str
+    max_bytes: int
+    profile: str
+    epoch: int | None = None
+    """The lease this worker holds to judge it (:func:`claim_handoff`); only its holder
+    records the verdict."""
+    record: bool = False
+    """The run asks for a video of every artifact it verifies."""
+
+
+@dataclass(frozen=True)
+class VerdictIn:
+    """A verdict to record."""
+
+    passed: bool
+    method: str
+    """``static`` or ``browser``."""
+    checks: list[dict[str, Any]]
+    fps: float | None = None
+    screenshot_png: bytes | None = None
+    elapsed_ms: int = 0
+    video_mp4: bytes | None = None
+
+
+def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | None:
+    """The version to verify, or None when the session no longer waits on this round."""
+    s = sessions
+    with rt.engine.connect() as conn:
+        row = conn.execute(
+            select(s.c.handoff_version_id, _versions.c.content, runs.c.profile, runs.c.config)
+            .join(_versions, _versions.c.id == s.c.handoff_version_id)
+            .join(runs, runs.c.id == s.c.run_id)
+            .where(
+                s.c.id == session_id,
+                s.c.status == SessionStatus.verifying.value,
+                s.c.repair_round == round_no,
+            )
+        ).first()
+    return None if row is None else _handoff(row, session_id, round_no)
+
+
+def _handoff(
+    row: Row[*tuple[Any, ...]], session_id: int, round_no: int, epoch: int | None = None
+) -> Handoff:
+    return Handoff(
+        session_id,
+        round_no,
+        row.handoff_version_id,
+        row.content,
+        get_profile(row.profile).artifact_max_bytes,
+        row.profile,
+        epoch=epoch,
+        record=RunConfig.model_validate(row.config).record,
+    )
+
+
+_CLAIMED = lifecycle.CLAIM_VERIFICATION.returning(
+    sessions.c.handoff_version_id, sessions.c.run_id
+).cte("claimed")
+#: PostgreSQL: the claim and what was handed off, in one statement outside a transaction.
+_CLAIM_HANDOFF_PG = (
+    select(_CLAIMED.c.lease_epoch, _CLAIMED.c.handoff_version_id, _versions.c.content)
+    .add_columns(runs.c.profile, runs.c.config)
+    .join(_versions, _versions.c.id == _CLAIMED.c.handoff_version_id)
+    .join(runs, runs.c.id == _CLAIMED.c.run_id)
+)
+
+
+def claim_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | None:
+    """Take the session's lease to judge ``round_no``, and load what was handed off.
+
+    Returns None when that verification is not due (recorded, or leased by a live worker).
+    """
+    if rt.engine.dialect.name == "postgresql":
+        now = rt.clock()
+        params = lifecycle.lease_params(
+            session_id=session_id,
+            number=round_no,
+            owner=rt.owner,
+            now=now,
+            expires_at=now + timedelta(seconds=rt.settings.lease_ttl_s),
+        )
+        with rt.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            row = conn.execute(_CLAIM_HANDOFF_PG, params).first()
+        return None if row is None else _handoff(row, session_id, round_no, row.lease_epoch)
+    with rt.engine.begin() as conn:
+        claim = lifecycle.claim_verification(
+            conn,
+            session_id=session_id,
+            round_no=round_no,
+            owner=rt.owner,
+            now=rt.clock(),
+            ttl_s=rt.settings.lease_ttl_s,
+        )
+    if claim is None:
+        return None
+    handoff = load_handoff(rt, session_id=session_id, round_no=round_no)
+    return replace(handoff, epoch=claim.epoch) if handoff is not None else None
+
+
+def release_handoff(rt: Runtime, handoff: Handoff, *, retry_in_s: float) -> None:
+    """Give the lease of an unjudged handoff back, so that a retry may claim it."""
+    if handoff.epoch is None:
+        return
+    with rt.engine.begin() as conn:
+        lifecycle.release_verification(
+            conn,
+            session_id=handoff.session_id,
+            epoch=handoff.epoch,
+            retry_at=rt.clock() + timedelta(seconds=retry_in_s),
+        )
+
+
+def _waiting(*conditions: ColumnElement[bool]) -> Select[Any]:
+    """The session waiting on a verdict, row-locked for the verdict's transaction."""
+    s = sessions
+    return (
+        select(s.c.next_turn, s.c.run_id, runs.c.config)
+        .join(runs, runs.c.id == s.c.run_id)
+        .where(
+            s.c.id == bindparam("b_session_id"),
+            s.c.status == SessionStatus.verifying.value,
+            s.c.repair_round == bindparam("b_round"),
+            *conditions,
+        )
+        .with_for_update(of=s)
+    )
+
+
+# Every session's verdict runs these: built once.
+_WAITING = _waiting()
+_WAITING_LEASED = _waiting(sessions.c.lease_epoch == bindparam("b_epoch"))
+_ADD_VERIFICATION = insert(verifications)
+
+
+def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
+    """Store the verdict and move the session on, exactly once per round.
+
+    Returns what happened: ``succeeded``, ``repair``, ``failed`` or ``duplicate``.
+    """
+    now = rt.clock()
+    nxt: lifecycle.Dispatch | None = None
+    with rt.engine.begin() as conn:
+        row = conn.execute(
+            _WAITING if handoff.epoch is None else _WAITING_LEASED,
+            {
+                "b_session_id": handoff.session_id,
+                "b_round": handoff.round,
+                "b_epoch": handoff.epoch,
+            },
+        ).first()
+        if row is None:
+            return "duplicate"
+        conn.execute(
+            _ADD_VERIFICATION,
+            {
+                "session_id": handoff.session_id,
+                "artifact_version_id": handoff.version_id,
+                "round": handoff.round,
+                "passed": verdict.passed,
+                "method": verdict.method,
+                "checks": verdict.checks,
+                "fps": verdict.fps,
+                "screenshot_png": verdict.screenshot_png,
+                "elapsed_ms": verdict.elapsed_ms,
+                "video_mp4": verdict.video_mp4,
+                "created_at": now,
+            },
+        )
+        rounds = RunConfig.model_validate(row.config).repair_rounds
+        ended: lifecycle.SessionEnd | None = None
+        if verdict.passed:
+            result = "succeeded"
+            ended = lifecycle.end_session(
+                conn,
+                session_id=handoff.session_id,
+                outcome=Outcome.verified,
+                now=now,
+            )
+        elif handoff.round < rounds:
+            result = "repair"
+            lifecycle.start_repair(
+                conn, session_id=handoff.session_id, repair_round=handoff.round + 1, now=now
+            )
+            text = feedback_text(verdict.checks, round_no=handoff.round, rounds=rounds)
+            add_events(
+                conn,
+                session_id=handoff.session_id,
+                turn_no=row.next_turn,
+                items=[Feedback(user_text(text), handoff.round)],
+                now=now,
+            )
+            nxt = lifecycle.Dispatch(handoff.session_id, "turn", row.next_turn)
+        else:
+            result = "failed"
+            failed = ", ".join(c["name"] for c in verdict.checks if not c.get("passed"))
+            ended = lifecycle.end_session(
+                conn,
+                session_id=handoff.session_id,
+                outcome=Outcome.failed_verification,
+                now=now,
+                error=f"verification failed after {rounds} repair rounds: {failed}",
+            )
+    logger.info("session %s verdict round %s: %s", handoff.session_id, handoff.round, result)
+    if nxt is not None:
+        rt.send_all([nxt])
+    elif ended is not None and ended.wave_closed:
+        # The ending started the next wave, or the next run of a ladder.
+        rt.flush_outbox()
+    return result

@@ -1,0 +1,1 @@
+"""The task seam: what a session works on, and one room per built-in task."""

@@ -1,0 +1,1 @@
+"""The dashboard task: a standalone HTML/Canvas telemetry card, judged in Chromium."""
