@@ -221,17 +221,21 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def start_worker(settings: Settings) -> Iterator[Callable[..., WorkerProcess]]:
-    """Factory: start a worker on both queues (threads pool unless ``pool`` says); all are
-    stopped afterwards."""
+    """Factory: start a worker on the sessions and verify queues (``queues`` to choose; the
+    threads pool unless ``pool`` says); all are stopped afterwards."""
     started: list[WorkerProcess] = []
 
     def start(
-        *args: str, concurrency: int = 20, pool: str = "threads", **env: str
+        *args: str,
+        concurrency: int = 20,
+        pool: str = "threads",
+        queues: str = "sessions,verify",
+        **env: str,
     ) -> WorkerProcess:
         name = f"test{len(started)}-{secrets.token_hex(3)}@%h"
         worker = WorkerProcess(
             service_env(settings, **env),
-            ["-Q", "sessions,verify", "-P", pool, "-c", str(concurrency), "-n", name, *args],
+            ["-Q", queues, "-P", pool, "-c", str(concurrency), "-n", name, *args],
         ).start()
         started.append(worker)
         return worker
@@ -251,8 +255,9 @@ def fake_gemini() -> Iterator[Callable[..., FakeGemini]]:
         latency_ms: int = 20,
         mix: dict[str, float] | None = None,
         faults: list[FaultRule] | None = None,
+        task: str = "dashboard",
     ) -> FakeGemini:
-        sim = SimConfig(latency_ms=latency_ms, mix=mix or {"diligent": 1.0})
+        sim = SimConfig(latency_ms=latency_ms, mix=mix, task=task)
         fake = FakeGemini(sim=sim, faults=faults).start()
         started.append(fake)
         return fake

@@ -9,9 +9,13 @@ from typing import Any
 
 from sqlalchemy import Engine, func, insert, select
 
+from worker.agent.prompt import Prefix, brief_message, build_prefix
+from worker.agent.tools import ToolContext
 from worker.config import RunConfig
 from worker.fleet.runtime import Runtime
 from worker.models.base import Content, FunctionCall, ModelRequest, ModelTurn, TokenUsage, calls_of
+from worker.models.sim.model import SimModel
+from worker.profiles import get_profile
 from worker.runs.create import create_run
 from worker.settings import Settings
 from worker.store.engine import utcnow
@@ -24,6 +28,10 @@ from worker.store.tables import (
     usage,
     verifications,
 )
+from worker.tasks.base import Instance
+from worker.tasks.dashboard.brief import make_brief
+from worker.tasks.dashboard.sim import DashboardPlayer
+from worker.tasks.dashboard.task import task as dashboard
 
 _seeds = itertools.count(1000)
 
@@ -41,6 +49,7 @@ def make_run(
     """Create a run (wave 1 started unless ``start`` is false); returns (run id, session ids)."""
     config.setdefault("seed", next(_seeds))
     config.setdefault("sim_latency_ms", 0)
+    task = config.pop("task", "dashboard")
     with engine.begin() as conn:
         run_id = create_run(
             conn,
@@ -49,6 +58,7 @@ def make_run(
             now=utcnow(),
             budget_usd=budget_usd,
             profile=profile,
+            task=task,
         )
         if start:
             take_outbox(conn, now=utcnow(), run_id=run_id)
@@ -86,6 +96,56 @@ def enqueue(settings: Settings, *args: str, model: str = "sim", seed: int = 7) -
     )
     assert result.exit_code == 0, result.output
     return int(result.output.split()[1].rstrip(":"))
+
+
+def dashboard_brief(seed: int, index: int) -> Content:
+    """The first user message of a dashboard session with card ``index`` of ``seed``."""
+    return brief_message(dashboard, Instance(f"card-{index}", make_brief(index, seed=seed)))
+
+
+def dashboard_prefix(profile: str = "candidate") -> Prefix:
+    """The prompt prefix of a dashboard run under ``profile``."""
+    return build_prefix(dashboard, get_profile(profile))
+
+
+def dashboard_sim(
+    *,
+    seed: int,
+    index: int = 0,
+    persona: str = "diligent",
+    latency_ms: int = 0,
+    design_seed: int | None = None,
+    title: str = "Cache Fleet Pulse",
+    flaw: str | None = None,
+    metrics: tuple[str, ...] = ("cpu load", "p99 latency", "error rate"),
+    **model: Any,
+) -> SimModel:
+    """The sim model playing a dashboard author."""
+    player = DashboardPlayer(
+        seed=seed,
+        index=index,
+        persona=persona,
+        design_seed=seed if design_seed is None else design_seed,
+        title=title,
+        flaw=flaw,
+        metrics=metrics,
+    )
+    return SimModel(player, seed=seed, index=index, latency_ms=latency_ms, **model)
+
+
+def tool_context(
+    conn: Any, session_id: int, turn_no: int, *, profile: str = "candidate", **brief: Any
+) -> ToolContext:
+    """The tools' context for a dashboard session's turn, as the turn loop makes it."""
+    return ToolContext(
+        conn=conn,
+        session_id=session_id,
+        turn_no=turn_no,
+        profile=get_profile(profile),
+        now=utcnow(),
+        task=dashboard,
+        instance=Instance("card-0", {**make_brief(0), **brief}),
+    )
 
 
 def call(tool: str, /, **args: Any) -> FunctionCall:
@@ -165,12 +225,15 @@ def duplicates(engine: Engine) -> dict[str, int]:
             .group_by(events.c.session_id, events.c.turn_no)
             .having(func.count() > 1)
         )
-        # version numbers of each artifact must be exactly 1..n
+        # version numbers of each artifact must be exactly first..n, the first 0 or 1
         gaps = (
             select(artifacts.c.id)
             .join(artifact_versions)
             .group_by(artifacts.c.id)
-            .having(func.count() != func.max(artifact_versions.c.version))
+            .having(
+                func.count()
+                != func.max(artifact_versions.c.version) - func.min(artifact_versions.c.version) + 1
+            )
         )
         return {
             name: len(conn.execute(q).all())

@@ -18,9 +18,11 @@ from pydantic import ValidationError
 from verifier.chromium.browser import Browser, BrowserUnavailable, DisplayMode
 from verifier.chromium.judge import DEFAULT_MIN_FPS, Verdict, judge
 from verifier.chromium.record import DEFAULT_RECORD_S, FRAME_RATE, RecorderUnavailable, record_page
-from verifier.verify import browser_wanted
-from worker.errors import ConfigError
+from verifier.verify import browser_wanted, judge_python_handoff, judge_static
+from worker.errors import ConfigError, SandboxUnavailable
 from worker.settings import Settings
+from worker.tasks.base import Submission, Task, VerifierKind
+from worker.tasks.registry import DEFAULT_TASK, load_task
 
 __all__ = ["EXIT_FAILED", "EXIT_PASSED", "EXIT_UNJUDGED", "cli"]
 
@@ -41,6 +43,15 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("page", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("others", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--task",
+    "task_ref",
+    default=DEFAULT_TASK,
+    show_default=True,
+    help="The task the file is a handoff of: a name or package.module:factory.",
+)
+@click.option("--instance", "instance_id", default=None, help="The task's instance, by id.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option(
     "--display",
@@ -80,6 +91,9 @@ def cli() -> None:
 def check(
     ctx: click.Context,
     page: Path,
+    others: tuple[Path, ...],
+    task_ref: str,
+    instance_id: str | None,
     as_json: bool,
     display: DisplayMode | None,
     chromium_path: Path | None,
@@ -87,16 +101,26 @@ def check(
     min_fps: float,
     static_only: bool,
 ) -> None:
-    """Judge PAGE: static checks, then a measurement in Chromium.
+    """Judge PAGE (and OTHERS, the rest of a workspace) as the task's verifier would.
 
+    A page of the dashboard task: static checks, then a measurement in Chromium.
     SWARM_VERIFIER=static (or --static) skips the browser; auto, the default, skips it when
     Chromium is not installed. The output says which checks ran and why any were skipped.
-    Exits 0 if every check passed, 1 if one failed, 2 if the page could not be judged.
+    A file of another task (``--task humaneval --instance HumanEval/3 solution.py``) is
+    judged by that task's verifier: its hidden test in the Python sandbox, or its own checks.
+    Exits 0 if every check passed, 1 if one failed, 2 if it could not be judged.
     """
     try:
         settings = Settings()
     except ValidationError as exc:
         _fail(ctx, f"invalid SWARM_* settings: {exc.errors()[0]['msg']}")
+    try:
+        task = load_task(task_ref)
+    except ConfigError as exc:
+        _fail(ctx, str(exc))
+    if task.verifier is not VerifierKind.chromium:
+        _check_task(ctx, settings, task, instance_id, [page, *others], as_json=as_json)
+        return
     try:
         html = page.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -132,6 +156,52 @@ def check(
     ctx.exit(EXIT_PASSED if verdict.passed else EXIT_FAILED)
 
 
+def _check_task(
+    ctx: click.Context,
+    settings: Settings,
+    task: Task,
+    instance_id: str | None,
+    paths: list[Path],
+    *,
+    as_json: bool,
+) -> None:
+    """Judge files of a task that is not a page, as a fleet would record it."""
+    if instance_id is None:
+        _fail(ctx, f"--instance is required for task {task.name} (e.g. {task.instances()[0].id})")
+    try:
+        instance = task.instance(instance_id)
+    except ConfigError as exc:
+        _fail(ctx, str(exc))
+    # The first file is the handed-off artifact, under the name the task gives it.
+    main = task.main_artifact(instance.without_hidden())
+    files = {main: _read_page(ctx, paths[0])} | {p.name: _read_page(ctx, p) for p in paths[1:]}
+    submission = Submission(instance=instance, files=files, main=main, max_bytes=len(files[main]))
+    try:
+        if task.verifier is VerifierKind.python:
+            verdict = judge_python_handoff(task, submission, settings)
+            ran = ["static", "sandbox"]
+        else:
+            verdict = judge_static(task, submission)
+            ran = ["static"]
+    except SandboxUnavailable as exc:
+        _fail(ctx, f"sandbox unavailable: {exc}".splitlines()[0])
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    **verdict.to_dict(),
+                    "task": task.name,
+                    "instance": instance.id,
+                    "ran": ran,
+                    "skipped": {},
+                }
+            )
+        )
+    else:
+        click.echo(_table(verdict, None, ran=" and ".join(ran)))
+    ctx.exit(EXIT_PASSED if verdict.passed else EXIT_FAILED)
+
+
 def _static_reason(settings: Settings, static_only: bool, chromium: Path) -> str:
     """Why the browser checks are not run, in words."""
     if static_only:
@@ -162,7 +232,7 @@ def _write_screenshot(ctx: click.Context, verdict: Verdict, path: Path) -> None:
         _fail(ctx, f"cannot write {path}: {exc.strerror or exc}")
 
 
-def _table(verdict: Verdict, skipped: str | None) -> str:
+def _table(verdict: Verdict, skipped: str | None, *, ran: str = "static and browser") -> str:
     width = max(len(check.name) for check in verdict.checks)
     lines = [
         f"{'ok' if check.passed else 'FAIL':4}  {check.name:{width}}  "
@@ -172,7 +242,7 @@ def _table(verdict: Verdict, skipped: str | None) -> str:
     lines.append(
         f"ran: static checks; skipped: browser checks ({skipped})"
         if skipped
-        else "ran: static and browser checks"
+        else f"ran: {ran} checks"
     )
     failed = verdict.failed
     summary = "PASSED" if verdict.passed else f"FAILED ({len(failed)} of {len(verdict.checks)})"

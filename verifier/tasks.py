@@ -7,14 +7,14 @@ import threading
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 
 from verifier.chromium.binary import resolve_sandbox
-from verifier.verify import close_browser, shared_browser, verify_handoff
-from worker.errors import BrowserUnavailable
+from verifier.verify import close_browser, shared_browser, shared_sandbox, verify_handoff
+from worker.errors import BrowserUnavailable, SandboxUnavailable, TransientError
 from worker.fleet.dispatch import VERIFY_TASK
 from worker.fleet.runtime import Runtime
-from worker.settings import VERIFY_QUEUE
+from worker.settings import SANDBOX_QUEUE, VERIFY_QUEUE
 from worker.store.engine import make_engine
 
 logger = logging.getLogger(__name__)
@@ -56,20 +56,49 @@ def verify(self: Any, session_id: int, round_no: int) -> str:
             rt,
             session_id=session_id,
             round_no=round_no,
-            browser=shared_browser(rt.settings),
+            browser=lambda: shared_browser(rt.settings),
             retry_starved=self.request.retries < MAX_STARVED_RETRIES,
         )
-    except BrowserUnavailable as exc:
-        # An infrastructure fault, never the artifact's: nothing was recorded; try again.
+    except TransientError as exc:
+        # An infrastructure fault (the browser, the sandbox, a task this worker cannot
+        # load), never the artifact's: nothing was recorded; try again.
         delay_s = min(2.0 * 2**self.request.retries, 60.0)
+        what = "browser" if isinstance(exc, BrowserUnavailable) else "verifier"
         logger.warning(
-            "verify %s/%s: browser unavailable (%s); retry in %.0fs",
+            "verify %s/%s: %s unavailable (%s); retry in %.0fs",
             session_id,
             round_no,
+            what,
             exc,
             delay_s,
         )
         raise self.retry(countdown=delay_s, exc=exc) from None
+
+
+@celeryd_after_setup.connect  # type: ignore[untyped-decorator]
+def _refuse_without_sandbox(instance: Any = None, **_: Any) -> None:
+    """A worker of the sandbox queue starts only where the sandbox can be built.
+
+    Untrusted code never runs unconfined: where bubblewrap cannot make its namespaces (a
+    kernel or a container that refuses them), the worker stops at once, with one line.
+    """
+    if instance is None or SANDBOX_QUEUE not in instance.app.amqp.queues.consume_from:
+        return
+    if getattr(instance.pool_cls, "is_green", False):
+        # A judgement waits for its sandbox's processes to end, which a green pool's loop
+        # cannot wait for without stopping every other task of the worker.
+        raise SystemExit(
+            f"error: the {SANDBOX_QUEUE} queue runs on a worker of its own with the prefork "
+            f"or threads pool (python -m worker -Q {SANDBOX_QUEUE} -c 2), not -P gevent"
+        )
+    try:
+        shared_sandbox(instance.app.settings).probe()
+    except SandboxUnavailable as exc:
+        raise SystemExit(
+            f"error: this worker consumes the {SANDBOX_QUEUE} queue, and the Python sandbox "
+            f"cannot be built here: {exc}"
+        ) from None
+    logger.info("Python sandbox ready: solutions run in bubblewrap, offline and confined")
 
 
 @worker_ready.connect  # type: ignore[untyped-decorator]

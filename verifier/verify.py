@@ -1,28 +1,41 @@
-"""Judge a handed-off artifact version and record the verdict: the verify queue's work."""
+"""Judge a handed-off workspace and record the verdict: the verify queues' work.
+
+The session's run names its task; the task's verifier kind says how its handoffs are judged:
+``chromium`` renders the page in the process's Chromium, ``python`` runs the instance's hidden
+test in the sandbox, ``static`` asks the task's own checks. Each kind has its queue, so a host
+runs browsers or sandboxes where they fit.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verifier.chromium.binary import default_executable
 from verifier.chromium.judge import judge
-from worker.errors import BrowserUnavailable, ConfigError
+from verifier.verdict import Verdict
+from worker.errors import BrowserUnavailable, ConfigError, SandboxUnavailable, VerifierUnavailable
 from worker.fleet.runtime import Runtime
-from worker.runs.verdicts import VerdictIn, claim_handoff, record_verdict, release_handoff
+from worker.profiles import get_profile
+from worker.runs.verdicts import Handoff, VerdictIn, claim_handoff, record_verdict, release_handoff
 from worker.settings import Settings
+from worker.tasks.base import Instance, Submission, Task, VerifierKind, passed
+from worker.tasks.fingerprint import recorded_task
 
 if TYPE_CHECKING:
     from verifier.chromium.browser import Browser
+    from verifier.sandbox.bubblewrap import Sandbox
 
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _browser: Browser | None = None
+_sandbox: Sandbox | None = None
 _warned_static = False
 
 
@@ -73,6 +86,17 @@ def shared_browser(settings: Settings) -> Browser | None:
         return _browser
 
 
+def shared_sandbox(settings: Settings) -> Sandbox:
+    """This process's Python sandbox (a recipe: each judgement builds its own)."""
+    global _sandbox
+    from verifier.sandbox.bubblewrap import Sandbox
+
+    with _lock:
+        if _sandbox is None:
+            _sandbox = Sandbox.from_settings(settings)
+        return _sandbox
+
+
 def close_browser() -> None:
     """Shut this process's browser down, if it was launched."""
     global _browser
@@ -87,37 +111,56 @@ def verify_handoff(
     *,
     session_id: int,
     round_no: int,
-    browser: Browser | None,
+    browser: Browser | Callable[[], Browser | None] | None,
     retry_starved: bool = True,
 ) -> str:
     """Judge what a session handed off in ``round_no`` and record the verdict.
+
+    Args:
+        rt: The runtime verifications run on.
+        session_id: The session.
+        round_no: Its repair round.
+        browser: For a page: the browser to judge it in (None: statically), or what gives it
+            (called only when a page is judged, so a sandbox worker never starts one).
+        retry_starved: Raise instead of judging a page the machine starved.
 
     Returns:
         What the verdict did: ``succeeded``, ``repair``, ``failed`` or ``duplicate``.
 
     Raises:
         BrowserUnavailable: Chromium failed; nothing was recorded, the caller retries.
+        SandboxUnavailable: the sandbox failed; nothing was recorded, the caller retries.
+        VerifierUnavailable: this worker cannot load the task; the caller retries.
     """
     handoff = claim_handoff(rt, session_id=session_id, round_no=round_no)
     if handoff is None:
         return "duplicate"
     assert handoff.epoch is not None
     started = time.monotonic()
-    # The lease lives as long as this worker does: renewed through a slow render.
+    # The lease lives as long as this worker does: renewed through a slow judgement.
     with rt.leases.hold(session_id, handoff.epoch):
         try:
-            verdict = judge(
-                handoff.content,
-                browser=browser,
-                max_bytes=handoff.max_bytes,
-                min_fps=rt.settings.verify_min_fps,
-                retry_starved=retry_starved,
-            )
-        except BrowserUnavailable:
+            task = _task_of(handoff)
+            submission = submission_of(task, handoff)
+            if task.verifier is VerifierKind.python:
+                verdict, method = judge_python_handoff(task, submission, rt.settings), "sandbox"
+            elif task.verifier is VerifierKind.static:
+                verdict, method = judge_static(task, submission), "static"
+            else:
+                chosen = browser() if callable(browser) else browser
+                verdict = judge(
+                    submission.content,
+                    browser=chosen,
+                    min_fps=rt.settings.verify_min_fps,
+                    retry_starved=retry_starved,
+                    static=task.static_checks(_public(submission)),
+                )
+                method = "browser" if chosen is not None else "static"
+        except (BrowserUnavailable, SandboxUnavailable, VerifierUnavailable):
             release_handoff(rt, handoff, retry_in_s=0)
             raise
         video = None
-        if browser is not None:
+        if method == "browser":
             # Recorded in a headed browser of its own: the judging browser may be headless.
             # Imported here, as Browser above: the recorder needs Playwright too.
             from verifier.chromium.record import video_of
@@ -128,7 +171,7 @@ def verify_handoff(
         handoff,
         VerdictIn(
             passed=verdict.passed,
-            method="browser" if browser is not None else "static",
+            method=method,
             checks=[asdict(c) for c in verdict.checks],
             fps=verdict.fps,
             screenshot_png=verdict.screenshot_png,
@@ -136,3 +179,55 @@ def verify_handoff(
             video_mp4=video,
         ),
     )
+
+
+def submission_of(task: Task, handoff: Handoff) -> Submission:
+    """What a handoff gives the verifier: its files, and its instance with hidden fields."""
+    try:
+        instance = task.instance(handoff.instance_id)
+    except ConfigError:  # a session made before tasks: its brief is all there is
+        instance = Instance(handoff.instance_id, handoff.brief)
+    spec = task.artifact_for(handoff.main)
+    limit = get_profile(handoff.profile).max_bytes(spec.max_bytes) if spec else len(handoff.content)
+    return Submission(instance=instance, files=handoff.files, main=handoff.main, max_bytes=limit)
+
+
+def judge_python_handoff(task: Task, submission: Submission, settings: Settings) -> Verdict:
+    """The task's static checks, then the instance's hidden test in the sandbox."""
+    from verifier.sandbox.judge import judge_python
+
+    static = task.static_checks(_public(submission))
+    if not passed(static):
+        return Verdict(passed=False, checks=static, fps=None)
+    verdict = judge_python(
+        submission, task.hidden_test(submission.instance), sandbox=shared_sandbox(settings)
+    )
+    checks = [*static, *verdict.checks]
+    return Verdict(passed=passed(checks), checks=checks, fps=None, sandbox=True)
+
+
+def judge_static(task: Task, submission: Submission) -> Verdict:
+    """The task's static checks, then its own judgement (it reads the files as data)."""
+    checks = task.static_checks(_public(submission))
+    if passed(checks):
+        checks = [*checks, *task.judge(submission)]
+    return Verdict(passed=passed(checks), checks=checks, fps=None)
+
+
+def _public(submission: Submission) -> Submission:
+    return Submission(
+        instance=submission.instance.without_hidden(),
+        files=submission.files,
+        main=submission.main,
+        max_bytes=submission.max_bytes,
+    )
+
+
+def _task_of(handoff: Handoff) -> Task:
+    try:
+        return recorded_task(
+            handoff.task_ref, version=handoff.task_version, sha256=handoff.task_sha256
+        )
+    except ConfigError as exc:
+        # Another worker of the fleet may have the task: try again there, or later.
+        raise VerifierUnavailable(str(exc), delay_s=10.0) from exc

@@ -28,7 +28,7 @@ from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
 from worker.fleet.reconciler import ReconcilerThread
 from worker.fleet.runtime import Runtime
-from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE, Settings, describe_invalid
+from worker.settings import QUEUES, SESSIONS_QUEUE, VERIFY_QUEUE, Settings, describe_invalid
 from worker.store.engine import make_engine, pool_sizes
 from worker.store.fleet import fleet_id
 from worker.store.roles import can_reconcile
@@ -203,7 +203,7 @@ def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:
     return RedisBrokerProbe(
         app.settings.broker_url,
         prefix=f"swarm:{app.fleet}:" if app.fleet else "",
-        queues=(SESSIONS_QUEUE, VERIFY_QUEUE),
+        queues=QUEUES,
         owner=app.runtime.owner,
         # A live worker beats every pass; a saturated one may miss a few.
         silence_s=max(6 * app.settings.reconcile_interval_s, 30.0),

@@ -9,10 +9,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from worker.errors import InputError
-from worker.tasks.dashboard.personas import Persona
 
 _WAVE_RE = re.compile(r"^\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*$")
 #: Most sessions one run may hold.
@@ -85,8 +84,8 @@ class RunConfig(BaseModel):
     sim_latency_jitter: float = Field(default=DEFAULT_JITTER, ge=0.0, le=1.0)
     """Share by which one sim call's latency varies either way of the mean (0: every call
     takes the mean exactly, so the model floor of a run is known to the millisecond)."""
-    sim_mix: dict[str, float] = Field(default_factory=lambda: {"diligent": 1.0})
-    """Weights of sim personas."""
+    sim_mix: dict[str, float] | None = None
+    """Weights of sim personas (None: the task's default persona)."""
     sim_flaw_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     """Share of sim sessions whose first draft has a defect."""
     cache: Literal["implicit", "explicit"] = "implicit"
@@ -103,19 +102,12 @@ class RunConfig(BaseModel):
     cannot all be paid (``worker.store.forecast``)."""
     cache_warm_cap_s: float = Field(default=8.0, ge=0)
     """Longest wait of a wave's other first turns for the warming one."""
-
-    @field_validator("sim_mix")
-    @classmethod
-    def _known_personas(cls, mix: dict[str, float]) -> dict[str, float]:
-        unknown = set(mix) - {p.value for p in Persona}
-        if unknown:
-            raise ValueError(
-                f"unknown persona(s) {', '.join(sorted(unknown))}; "
-                f"known: {', '.join(p.value for p in Persona)}"
-            )
-        if not mix or any(w < 0 for w in mix.values()) or sum(mix.values()) <= 0:
-            raise ValueError("persona weights must be non-negative and not all zero")
-        return mix
+    instances: str | None = None
+    """The task's instances the run plays, by position or id (``0-19,25``); None: all."""
+    sample: int | None = Field(default=None, ge=1)
+    """Play a seeded sample of this many of them."""
+    epochs: int = Field(default=1, ge=1)
+    """Times the run plays each instance it picked."""
 
 
 def parse_mix(text: str) -> dict[str, float]:

@@ -4,6 +4,7 @@
 
     SwarmError
     ├── ConfigError            bad settings or CLI input
+    │   └── TaskChanged        a task is not the one a run recorded
     ├── InputError             a value from a user that cannot be used
     ├── NotMigrated            the database is not at the latest revision
     ├── RunNotFound            no run with that id
@@ -13,8 +14,10 @@
     │   │   ├── RateLimited    the provider asked us to slow down
     │   │   ├── Throttled      the fleet's own limiter asks the call to wait (uses no retry)
     │   │   └── LimiterUnavailable  the limiter's Redis cannot be reached
-    │   └── BrowserUnavailable the verifier's browser failed to launch or died
-    │       └── RendererStarved the machine, not the page, kept the frame rate too low
+    │   ├── BrowserUnavailable the verifier's browser failed to launch or died
+    │   │   └── RendererStarved the machine, not the page, kept the frame rate too low
+    │   ├── SandboxUnavailable the Python sandbox could not be built, or failed before the test
+    │   └── VerifierUnavailable the verify worker cannot judge this task here
     ├── ModelFatal             the provider refused the request for good
     │   └── CacheNotFound      the explicit cache a request named has expired or is gone
     ├── ToolError              shown to the model as a tool result, never raised past a tool
@@ -40,6 +43,10 @@ class SwarmError(Exception):
 
 class ConfigError(SwarmError):
     """Settings or CLI options that cannot work."""
+
+
+class TaskChanged(ConfigError):
+    """A task loaded again is not the version, or the configuration, its run recorded."""
 
 
 class InputError(SwarmError):
@@ -112,6 +119,17 @@ class RendererStarved(BrowserUnavailable):
     The measurement says nothing about the artifact; judge it again when the host is less
     busy.
     """
+
+
+class SandboxUnavailable(TransientError):
+    """The Python sandbox could not be built, or broke before the hidden test began.
+
+    An infrastructure fault, never a score: nothing is recorded, and the check is retried.
+    """
+
+
+class VerifierUnavailable(TransientError):
+    """This verify worker cannot judge the task (it cannot load it, or has another version)."""
 
 
 class ModelFatal(SwarmError):

@@ -28,8 +28,12 @@ DEFAULT_DATABASE_URL = "sqlite:///swarm.db"
 DEFAULT_BROKER_URL = "memory://localhost/"
 #: Queue that carries one task per session turn.
 SESSIONS_QUEUE = "sessions"
-#: Queue that carries artifact verifications.
+#: Queue that carries artifact verifications (pages in Chromium, and static judgements).
 VERIFY_QUEUE = "verify"
+#: Queue that carries verifications in the Python sandbox.
+SANDBOX_QUEUE = "sandbox"
+#: Every queue a fleet's workers consume.
+QUEUES = (SESSIONS_QUEUE, VERIFY_QUEUE, SANDBOX_QUEUE)
 
 
 #: URL schemes of PostgreSQL, all served by psycopg 3.
@@ -128,6 +132,17 @@ class Settings(BaseSettings):
     """Record every artifact this worker judges as a video, whatever its run asked."""
     verify_record_s: float = Field(default=5.0, gt=0, le=60)
     """Seconds of each artifact's video."""
+    sandbox_python: Path | None = None
+    """The interpreter the Python sandbox runs (default: Debian's ``/usr/bin/python3``, else
+    this one's); only the standard library is there."""
+    sandbox_user: int = Field(default=65534, ge=1)
+    """The unprivileged user id a worker running as root runs sandboxes as (``nobody``)."""
+    sandbox_dir: Path | None = None
+    """Where scratch directories are made (default: the system's temporary directory)."""
+    sandbox_cpu_s: int = Field(default=10, ge=1)
+    """CPU seconds each process of a sandbox may use."""
+    sandbox_memory_mb: int = Field(default=1024, ge=64)
+    """Address space of each process of a sandbox, in MiB."""
 
     gemini_api_key: SecretStr | None = Field(
         default=None,

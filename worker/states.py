@@ -98,6 +98,8 @@ class Outcome(str, Enum):
     poison_turn = "poison_turn"
     #: its wave never started: the run's budget forecast stopped the run
     forecast = "forecast"
+    #: the session's task cannot be loaded, or is not the one its run recorded
+    task_error = "task_error"
 
     @property
     def status(self) -> SessionStatus:
@@ -115,7 +117,7 @@ class Outcome(str, Enum):
             return CostBucket.cancelled
         if self in (Outcome.retries_exhausted, Outcome.poison_turn):
             return CostBucket.lost_to_retries
-        if self is Outcome.model_error:
+        if self in (Outcome.model_error, Outcome.task_error):
             return CostBucket.other_errors
         return CostBucket.stopped
 
@@ -153,4 +155,5 @@ _STATUS_OF = {
     Outcome.retries_exhausted: SessionStatus.error,
     Outcome.poison_turn: SessionStatus.error,
     Outcome.forecast: SessionStatus.stopped,
+    Outcome.task_error: SessionStatus.error,
 }

@@ -10,7 +10,9 @@ import click
 from ops.fake_gemini.faults import Fault, FaultRule
 from ops.fake_gemini.server import FakeGemini, SimConfig
 from worker.config import RunConfig, parse_mix
-from worker.errors import InputError
+from worker.errors import SwarmError
+from worker.tasks.personas import check_mix
+from worker.tasks.registry import DEFAULT_TASK, load_task
 
 
 def _faults(_: click.Context, __: click.Parameter, values: tuple[str, ...]) -> list[FaultRule]:
@@ -24,10 +26,15 @@ def _faults(_: click.Context, __: click.Parameter, values: tuple[str, ...]) -> l
 @click.option("--port", default=8089, show_default=True, help="TCP port on 127.0.0.1.")
 @click.option("--seed", default=0, show_default=True, help="Seeds the personas.")
 @click.option(
-    "--sim-mix",
-    default="diligent",
+    "--task",
+    default=DEFAULT_TASK,
     show_default=True,
-    help="Persona weights, e.g. diligent=3,sloppy=1.",
+    help="The task the sessions play: a name or package.module:factory.",
+)
+@click.option(
+    "--sim-mix",
+    default=None,
+    help="Persona weights, e.g. oracle=3,sloppy [default: the task's default persona].",
 )
 @click.option(
     "--sim-flaw-rate",
@@ -47,7 +54,8 @@ def _faults(_: click.Context, __: click.Parameter, values: tuple[str, ...]) -> l
 def main(
     port: int,
     seed: int,
-    sim_mix: str,
+    task: str,
+    sim_mix: str | None,
     sim_flaw_rate: float,
     latency_ms: int,
     faults: list[FaultRule],
@@ -55,14 +63,22 @@ def main(
     """Serve generateContent on 127.0.0.1 in the Gemini API's wire format."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
-        config = RunConfig(waves="1", sim_mix=parse_mix(sim_mix), sim_flaw_rate=sim_flaw_rate)
-    except (InputError, ValueError) as exc:
+        mix = parse_mix(sim_mix) if sim_mix else None
+        played = load_task(task)
+        if mix is not None:
+            check_mix(mix, played.personas, task=played.name)
+        config = RunConfig(waves="1", sim_mix=mix, sim_flaw_rate=sim_flaw_rate)
+    except (SwarmError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from exc
     fake = FakeGemini(
         port=port,
         faults=faults,
         sim=SimConfig(
-            seed=seed, mix=config.sim_mix, flaw_rate=config.sim_flaw_rate, latency_ms=latency_ms
+            seed=seed,
+            mix=config.sim_mix,
+            flaw_rate=config.sim_flaw_rate,
+            latency_ms=latency_ms,
+            task=task,
         ),
     )
     click.echo(f"fake Gemini API on {fake.url} (SWARM_GEMINI_BASE_URL={fake.url})")

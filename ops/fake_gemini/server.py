@@ -17,7 +17,7 @@ import re
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -36,7 +36,8 @@ from ops.fake_gemini.faults import (
 from ops.fake_gemini.implicit import DEFAULT_TTL_S, ImplicitCache
 from worker.models.base import TokenUsage
 from worker.models.sim.model import SimModel
-from worker.tasks.dashboard.personas import flaw_for, persona_for
+from worker.tasks.personas import pick_persona
+from worker.tasks.registry import DEFAULT_TASK, load_task
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +48,15 @@ _CACHE = re.compile(r"^/(v1|v1beta)/(cachedContents/[A-Za-z0-9_-]+)$")
 
 @dataclass(frozen=True)
 class SimConfig:
-    """How the sim personas behave behind the fake API."""
+    """How the sim personas behave behind the fake API, and which task they play."""
 
     seed: int = 0
-    mix: dict[str, float] = field(default_factory=lambda: {"diligent": 1.0})
+    mix: dict[str, float] | None = None
+    """Persona weights (None: the task's default persona)."""
     flaw_rate: float = 0.0
     latency_ms: int = 200
+    task: str = DEFAULT_TASK
+    """The task the conversations are about (a reference ``--task`` takes)."""
 
 
 @dataclass(frozen=True)
@@ -252,15 +256,22 @@ class FakeGemini:
                 finish_message="Malformed function call: print(default_api.manage_artifact(",
             )
         index = int(key[:8], 16)
-        sim = SimModel(
+        task = load_task(self.sim.task)
+        instance = task.instance_for(parsed.brief)
+        if instance is None:
+            self.implicit.complete(model, hashes)
+            return 400, wire.error_body(
+                400, "INVALID_ARGUMENT", f"no instance of task {task.name} opens with this brief"
+            )
+        mix = self.sim.mix or {task.default_persona: 1.0}
+        player = task.player(
+            instance,
+            pick_persona(mix, self.sim.seed, index),
             seed=self.sim.seed,
             index=index,
-            persona=persona_for(self.sim.mix, self.sim.seed, index),
-            latency_ms=self.sim.latency_ms,
-            design_seed=int(key[8:16], 16) >> 1,
-            title=parsed.title,
-            flaw=flaw_for(self.sim.flaw_rate, self.sim.seed, index),
+            flaw_rate=self.sim.flaw_rate,
         )
+        sim = SimModel(player, seed=self.sim.seed, index=index, latency_ms=self.sim.latency_ms)
         answer = sim.generate(parsed.request)
         # Only now, with the answer complete, may later requests be served this prefix.
         self.implicit.complete(model, hashes)

@@ -1,5 +1,5 @@
 """``python -m scheduler``: migrate, enqueue, run (embedded), ladder, status, report, cancel,
-resume, replay, fork, diff."""
+resume, replay, fork, diff, tasks, task check."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from scheduler.cli.services import (
     send_or_raise,
     settings_error,
 )
+from scheduler.cli.tasks import refuse_without_sandbox, task_group, tasks
 from scheduler.cli.views import ladder_view, print_status
 from scheduler.report.format import jsonable
 from worker.celery import create_app
@@ -50,6 +51,7 @@ from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
 from worker.store.control import cancel_ladder, cancel_run, resume_run
 from worker.store.engine import make_engine, migrate, require_migrated, utcnow
 from worker.store.roles import VERIFY_ROLE, enable_verify_login
+from worker.tasks.registry import load_task
 
 __all__ = ["EXIT_OK", "EXIT_RUN_INCOMPLETE", "EXIT_UNAVAILABLE", "EXIT_USAGE", "cli", "main"]
 
@@ -204,6 +206,8 @@ def run(settings: Settings, request: RunRequest, as_json: bool, database: str) -
     embedded = settings.model_copy(
         update={"database_url": database_url, "broker_url": DEFAULT_BROKER_URL}
     )
+    # The embedded worker judges every kind: a Python task needs its sandbox here.
+    refuse_without_sandbox(load_task(request.task), embedded)
     try:
         migrate(embedded.database_url)
     except sqlalchemy.exc.OperationalError as exc:
@@ -346,6 +350,8 @@ def resume(settings: Settings, run_id: int) -> None:
 
 
 cli.add_command(report)
+cli.add_command(tasks)
+cli.add_command(task_group)
 cli.add_command(replay)
 cli.add_command(fork)
 cli.add_command(diff)

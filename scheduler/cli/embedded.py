@@ -15,7 +15,7 @@ from celery import signals
 from celery.worker import WorkController, state
 
 from worker.celery import SwarmCelery
-from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE
+from worker.settings import QUEUES
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def embedded_worker(app: SwarmCelery, *, concurrency: int) -> Iterator[WorkContr
         hostname=f"embedded@{app.runtime.owner}",
         pool_cls="threads",
         concurrency=concurrency,
-        queues=[SESSIONS_QUEUE, VERIFY_QUEUE],
+        queues=list(QUEUES),
         loglevel=logging.getLogger().getEffectiveLevel(),
         without_heartbeat=True,
         without_mingle=True,

@@ -24,11 +24,11 @@ from scheduler.cli.services import (
 )
 from scheduler.report.format import jsonable
 from scheduler.report.text import fork_table
-from worker.agent.profiles import PROFILES
 from worker.celery import create_app
 from worker.errors import ConfigError, InputError
 from worker.models.pricing import PriceTable
 from worker.models.registry import check_model
+from worker.profiles import PROFILES
 from worker.reads.figures import RunFigures
 from worker.runs.fork import Fork, create_fork
 from worker.settings import Settings

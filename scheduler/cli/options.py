@@ -12,17 +12,20 @@ import click
 from pydantic import ValidationError
 
 from scheduler.cli.services import send_or_raise
-from worker.agent.profiles import DEFAULT_PROFILE, PROFILES
 from worker.config import RunConfig, WaveSpec, parse_mix
 from worker.errors import SwarmError
 from worker.fleet.runtime import Runtime
 from worker.models.pricing import PriceTable
 from worker.models.registry import check_model
+from worker.profiles import DEFAULT_PROFILE, PROFILES
 from worker.runs.create import create_run
 from worker.runs.ladders import DEFAULT_TIERS, create_ladder, parse_tiers
 from worker.settings import Settings
 from worker.store.engine import utcnow
 from worker.store.lifecycle import take_outbox
+from worker.tasks.personas import check_mix
+from worker.tasks.registry import DEFAULT_TASK, load_task
+from worker.tasks.selection import select
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class RunRequest:
     profile: str
     config: RunConfig
     budget_usd: float | None = None
+    task: str = DEFAULT_TASK
 
     def create(self, rt: Runtime) -> int:
         """Create the run and dispatch its first wave; returns the run id."""
@@ -44,6 +48,7 @@ class RunRequest:
                 profile=self.profile,
                 now=utcnow(),
                 budget_usd=self.budget_usd,
+                task=self.task,
             )
         _start_first_wave(rt, run_id)
         return run_id
@@ -58,6 +63,7 @@ class LadderRequest:
     tiers: tuple[str, ...]
     config: RunConfig
     budget_usd: float | None = None
+    task: str = DEFAULT_TASK
 
     def create(self, rt: Runtime) -> tuple[int, list[int]]:
         """Create the ladder and its runs and dispatch the first; returns (ladder, runs)."""
@@ -70,6 +76,7 @@ class LadderRequest:
                 config=self.config,
                 now=utcnow(),
                 budget_usd=self.budget_usd,
+                task=self.task,
             )
         _start_first_wave(rt, run_ids[0])
         return ladder_id, run_ids
@@ -86,16 +93,60 @@ def _start_first_wave(rt: Runtime, run_id: int) -> None:
     send_or_raise(rt.dispatcher, dispatches, run_id=run_id)
 
 
-def _config(waves: str, seed: int | None, mix: str, **fields: Any) -> RunConfig:
+def _config(waves: str, seed: int | None, mix: str | None, **fields: Any) -> RunConfig:
     try:
         return RunConfig(
             waves=str(WaveSpec.parse(waves)),
             seed=seed if seed is not None else random.randrange(1 << 31),
-            sim_mix=parse_mix(mix),
+            sim_mix=parse_mix(mix) if mix else None,
             **fields,
         )
     except ValidationError as exc:
         raise click.BadParameter("; ".join(e["msg"] for e in exc.errors())) from None
+
+
+def _check_task(task_ref: str, mix: str | None) -> None:
+    """Refuse, before anything is made, a task that does not load or a mix it cannot play.
+
+    Raises:
+        click.BadParameter: with the one line that says why.
+    """
+    try:
+        task = load_task(task_ref)
+        if mix:
+            check_mix(parse_mix(mix), task.personas, task=task.name)
+    except SwarmError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _waves(task_ref: str, given: str | None, fields: dict[str, Any], seed: int | None) -> str:
+    """The run's wave spec: as given, or one wave an epoch of every instance picked.
+
+    Raises:
+        click.BadParameter: the given spec does not hold the epochs asked for.
+    """
+    epochs = fields["epochs"]
+    picking = fields["instances"] is not None or fields["sample"] is not None or epochs > 1
+    if given is not None and not (picking and epochs > 1):
+        return given
+    if not picking:
+        return "1x1"
+    try:
+        task = load_task(task_ref)
+        chosen = select(
+            task, instances=fields["instances"], sample=fields["sample"], seed=seed or 0
+        )
+    except SwarmError as exc:
+        raise click.BadParameter(str(exc)) from None
+    wanted = f"{epochs}x{len(chosen)}"
+    if given is not None and WaveSpec.parse(given).total != epochs * len(chosen):
+        raise click.BadParameter(
+            f"--wave {given} makes {WaveSpec.parse(given).total} sessions; {len(chosen)} "
+            f"instances x {epochs} epochs need {epochs * len(chosen)} (or leave --wave out: "
+            f"{wanted})",
+            param_hint="--wave",
+        )
+    return given or wanted
 
 
 def run_options(*, ladder: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -108,16 +159,21 @@ def run_options(*, ladder: bool = False) -> Callable[[Callable[..., Any]], Calla
             *args: Any,
             model: str,
             seed: int | None,
-            sim_mix: str,
+            sim_mix: str | None,
             budget_usd: float | None,
+            task: str,
             **kwargs: Any,
         ) -> Any:
             fields = {name: kwargs.pop(name) for name in _CONFIG_FIELDS}
             settings = click.get_current_context().find_object(Settings)
             check_model(model, PriceTable.load(settings.prices_file if settings else None))
+            if seed is None:
+                seed = random.randrange(1 << 31)
+            _check_task(task, sim_mix)
             if not ladder:
-                config = _config(kwargs.pop("waves"), seed, sim_mix, **fields)
-                request: Any = RunRequest(model, kwargs.pop("profile"), config, budget_usd)
+                waves = _waves(task, kwargs.pop("waves"), fields, seed)
+                config = _config(waves, seed, sim_mix, **fields)
+                request: Any = RunRequest(model, kwargs.pop("profile"), config, budget_usd, task)
                 return fn(*args, request=request, **kwargs)
             try:
                 tiers = parse_tiers(kwargs.pop("tiers"))
@@ -125,7 +181,7 @@ def run_options(*, ladder: bool = False) -> Callable[[Callable[..., Any]], Calla
                 raise click.BadParameter(str(exc), param_hint="--tiers") from None
             profiles = tuple(kwargs.pop("profiles")) or (DEFAULT_PROFILE,)
             config = _config(tiers[0], seed, sim_mix, **fields)
-            request = LadderRequest(model, profiles, tiers, config, budget_usd)
+            request = LadderRequest(model, profiles, tiers, config, budget_usd, task)
             return fn(*args, request=request, **kwargs)
 
         options = _ladder_options() if ladder else _run_only_options()
@@ -153,11 +209,6 @@ def _choice(field: str, help: str) -> Callable[..., Any]:
     )
 
 
-def _mix_text(mix: dict[str, float]) -> str:
-    """Persona weights as ``--sim-mix`` takes them: ``diligent`` or ``diligent=3,sloppy=1``."""
-    return ",".join(name if weight == 1 else f"{name}={weight:g}" for name, weight in mix.items())
-
-
 #: Options that become :class:`RunConfig` fields as they are.
 _CONFIG_FIELDS = (
     "max_turns",
@@ -171,6 +222,9 @@ _CONFIG_FIELDS = (
     "record",
     "cache_warm",
     "forecast",
+    "instances",
+    "sample",
+    "epochs",
 )
 
 
@@ -179,9 +233,9 @@ def _run_only_options() -> list[Callable[..., Any]]:
         click.option(
             "--wave",
             "waves",
-            default="1x1",
-            show_default=True,
-            help="N waves of M concurrent sessions, as NxM.",
+            default=None,
+            help="N waves of M concurrent sessions, as NxM [default: 1x1, or with "
+            "--instances, --sample or --epochs one wave an epoch of every instance picked].",
         ),
         click.option(
             "--profile",
@@ -214,6 +268,33 @@ def _ladder_options() -> list[Callable[..., Any]]:
 
 def _shared_options() -> list[Callable[..., Any]]:
     return [
+        click.option(
+            "--task",
+            default=DEFAULT_TASK,
+            show_default=True,
+            envvar="SWARM_TASK",
+            help="The task the sessions work on: a name `python -m scheduler tasks` lists, "
+            "or package.module:factory.",
+        ),
+        click.option(
+            "--instances",
+            default=None,
+            help="The task's instances to play, by position or id: 0-19,25 or HumanEval/3 "
+            "[default: all, in order].",
+        ),
+        click.option(
+            "--sample",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Play a sample of this many instances, drawn with the seed.",
+        ),
+        click.option(
+            "--epochs",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Times each instance is played (pass@k needs k or more).",
+        ),
         click.option(
             "--model",
             default="sim",
@@ -290,9 +371,9 @@ def _shared_options() -> list[Callable[..., Any]]:
         ),
         click.option(
             "--sim-mix",
-            default=_mix_text(_default("sim_mix")),
-            show_default=True,
-            help="Sim personas and weights, e.g. diligent=3,sloppy=1,explorer,markdown.",
+            default=None,
+            help="Sim personas and weights, e.g. oracle=3,sloppy [default: the task's "
+            "default persona].",
         ),
         click.option(
             "--sim-flaw-rate",

@@ -17,6 +17,7 @@ from rich.table import Table
 from scheduler.report.format import clock, jsonable, ms
 from worker.reads.figures import RunFigures
 from worker.reads.queries import SessionRow
+from worker.reads.tasks import TaskFigures
 from worker.reads.timings import TurnTimings
 from worker.states import SessionStatus, WaveStatus
 
@@ -95,6 +96,8 @@ def status_view(
         f"{art.total} ({art.versions} versions, {art.verified} verified"
         + (f": {by})" if by else ")"),
     )
+    if f.task is not None:
+        summary.add_row("task", task_line(f.task))
     summary.add_row("tool errors", _counted(f.tool_errors.total, f.tool_errors.by_kind))
     summary.add_row("nudges", _counted(f.nudges.total, f.nudges.by_reason))
     t = f.tokens
@@ -140,6 +143,7 @@ def status_view(
     table = Table(
         "session",
         "wave",
+        "instance",
         "persona",
         "status",
         "outcome",
@@ -153,6 +157,7 @@ def status_view(
         table.add_row(
             str(row.index),
             str(row.wave),
+            row.instance,
             row.persona,
             row.status.value,
             row.outcome.value if row.outcome is not None else "-",
@@ -192,6 +197,18 @@ def ladder_view(runs: Sequence[RunFigures]) -> Table:
             f"{f.elapsed_s:.1f} s" if f.elapsed_s is not None else "-",
         )
     return table
+
+
+def task_line(t: TaskFigures) -> str:
+    """A run's score on its task, in one line."""
+    rate = "-" if t.pass_rate is None else f"{t.pass_rate:.0%}"
+    at_k = "".join(f", pass@{k} {v:.0%}" for k, v in t.pass_at_k.items())
+    dollars = "" if t.usd_per_solved is None else f", ${t.usd_per_solved:.4f}/solved"
+    turns = "" if t.turns_per_solve is None else f", {t.turns_per_solve:.1f} turns/solve"
+    return (
+        f"{t.name} {t.version}: {t.passed}/{t.ended} passed ({rate}{at_k}); "
+        f"{t.solved}/{t.instances} instances solved{dollars}{turns}"
+    )
 
 
 def overhead_line(t: TurnTimings) -> str:

@@ -83,6 +83,7 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
             },
         )
     )
+    parts.append(task_table(runs))
     if isinstance(figures, LadderFigures) and figures.comparison_total is not None:
         parts.append(_comparison_table(figures))
     parts.append(
@@ -153,6 +154,32 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
     if notes:
         parts.append(Text("\n".join(notes)))
     return Group(*parts)
+
+
+def task_table(runs: list[RunFigures]) -> Table:
+    """Each run's score on its task: pass rate, pass@k, dollars per solved instance."""
+    ks = sorted({k for r in runs if r.task for k in r.task.pass_at_k})
+    columns: dict[str, Callable[[RunFigures], str]] = {
+        "run": lambda r: str(r.run_id),
+        "task": lambda r: f"{r.task.name} {r.task.version}" if r.task else "-",
+        "instances": lambda r: f"{r.task.instances} x {r.task.epochs}" if r.task else "-",
+        "passed": lambda r: f"{r.task.passed}/{r.task.ended}" if r.task else "-",
+        "pass rate": lambda r: pct(r.task.pass_rate) if r.task else "-",
+    }
+    for k in ks:
+        columns[f"pass@{k}"] = lambda r, k=k: (  # type: ignore[misc]
+            pct(r.task.pass_at_k.get(k)) if r.task else "-"
+        )
+    columns |= {
+        "solved": lambda r: f"{r.task.solved}/{r.task.instances}" if r.task else "-",
+        "$/solved": lambda r: usd(r.task.usd_per_solved) if r.task else "-",
+        "turns/solve": lambda r: (
+            f"{r.task.turns_per_solve:.1f}"
+            if r.task and r.task.turns_per_solve is not None
+            else "-"
+        ),
+    }
+    return _table("task", runs, columns, caption="pass@k: the unbiased estimator, over epochs")
 
 
 def fork_table(forks: Sequence[ForkFigures]) -> Table:

@@ -24,14 +24,20 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import func, select
 
-from tests.factories import ScriptedModel, call, make_run, model_turn, page, run_script
-from worker.agent.profiles import get_profile
-from worker.agent.tools import ToolContext, run_tool
+from tests.factories import (
+    ScriptedModel,
+    call,
+    make_run,
+    model_turn,
+    page,
+    run_script,
+    tool_context,
+)
+from worker.agent.tools import run_tool
 from worker.agent.turn import run_turn
 from worker.errors import ToolError
 from worker.fleet.runtime import Runtime
 from worker.models.base import FunctionCall
-from worker.store.engine import utcnow
 from worker.store.tables import artifact_versions, events
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services]
@@ -92,9 +98,7 @@ def test_the_tool_refuses_oversize_content_without_copying_it(
     )
     # When the tool handles it inside a real transaction
     with runtime.engine.begin() as conn, traced() as peak:
-        ctx = ToolContext(
-            conn=conn, session_id=sid, turn_no=1, profile=get_profile("candidate"), now=utcnow()
-        )
+        ctx = tool_context(conn, sid, 1)
         with pytest.raises(ToolError) as refused:
             run_tool(FunctionCall("manage_artifact", args), ctx)
     # Then it is refused as too large, with its exact size, having copied next to nothing

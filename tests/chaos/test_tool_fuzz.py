@@ -29,16 +29,14 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, select, text
 
 from tests.chaos.checker import check_run
-from tests.factories import ScriptedModel, call, make_run, model_turn, page
+from tests.factories import ScriptedModel, call, make_run, model_turn, page, tool_context
 from verifier.verify import verify_handoff
-from worker.agent.profiles import get_profile
 from worker.agent.tools import NAME_PATTERN, TOOLS, ToolContext, run_tool
 from worker.agent.turn import run_turn
 from worker.errors import ToolError
 from worker.fleet.runtime import Runtime
 from worker.models.base import FunctionCall
 from worker.states import TERMINAL
-from worker.store.engine import utcnow
 from worker.store.tables import sessions
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services]
@@ -268,7 +266,6 @@ def test_generated_tool_calls_answer_and_stay_in_their_session(
     _seed(runtime, other, OTHER_NAMES)
     other_before = _session_rows(runtime.engine, other)
     answers: Counter[str] = Counter()
-    profile = get_profile("candidate")
 
     # When thousands of generated calls run as S, each in its own committed transaction
     @settings(
@@ -282,13 +279,7 @@ def test_generated_tool_calls_answer_and_stay_in_their_session(
     def fuzz(calls: list[FunctionCall]) -> None:
         for one in calls:
             with runtime.engine.begin() as conn:
-                ctx = ToolContext(
-                    conn=conn,
-                    session_id=sid,
-                    turn_no=1000 + answers.total(),
-                    profile=profile,
-                    now=utcnow(),
-                )
+                ctx = tool_context(conn, sid, 1000 + answers.total())
                 answers[_answer(one, ctx)] += 1
 
     fuzz()
@@ -419,7 +410,5 @@ def test_text_the_database_cannot_store_is_a_tool_error(
     with runtime.engine.begin() as conn, pytest.raises(ToolError):
         run_tool(
             one,
-            ToolContext(
-                conn=conn, session_id=sid, turn_no=0, profile=get_profile("candidate"), now=utcnow()
-            ),
+            tool_context(conn, sid, 0),
         )

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from ops.fake_gemini import FAULT_HEADER, FakeGemini
 from ops.fake_gemini.__main__ import main
+from tests.factories import dashboard_brief
 from tests.worker.models.replay import load, names
-from worker.agent.prompt import brief_message, make_brief
 
 
 def _post(
@@ -41,7 +41,7 @@ def _post(
 
 
 def _body(**extra: Any) -> dict[str, Any]:
-    return {"contents": [brief_message(make_brief(3, 1))], **extra}
+    return {"contents": [dashboard_brief(3, 1)], **extra}
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta"])
@@ -136,7 +136,7 @@ def _turns(fake: FakeGemini, model: str, n: int) -> list[dict[str, Any]]:
     url = f"{fake.url}/v1beta/models/{model}:generateContent"
     # a system instruction long enough for the prefix to be cached implicitly
     system = {"parts": [{"text": "Build one dashboard. " * 400}]}
-    contents: list[dict[str, Any]] = [brief_message(make_brief(3, 1))]
+    contents: list[dict[str, Any]] = [dashboard_brief(3, 1)]
     answers = []
     for _ in range(n):
         status, out = _post(url, {"contents": contents, "systemInstruction": system})
@@ -161,7 +161,7 @@ def test_the_fakes_answers_have_the_fields_and_types_of_recorded_ones(
     answers = _turns(fake, "gemini-2.5-flash", 3)
     malformed = _post(
         f"{fake.url}/v1beta/models/gemini-2.5-flash:generateContent",
-        {"contents": [brief_message(make_brief(3, 1))]},
+        {"contents": [dashboard_brief(3, 1)]},
         headers={FAULT_HEADER: "malformed"},
     )[1]
     shape: Shape = {}

@@ -10,7 +10,7 @@ from typing import Any
 
 from ops.fake_gemini import FAULT_HEADER, FakeGemini
 from ops.fake_gemini.implicit import ImplicitCache, min_tokens
-from worker.agent.prompt import brief_message, make_brief
+from tests.factories import dashboard_brief
 
 #: A system instruction of about 1,500 tokens: above Flash's minimum, below Pro's.
 SYSTEM = {"parts": [{"text": "Build one dashboard. " * 290}]}
@@ -18,7 +18,7 @@ SYSTEM = {"parts": [{"text": "Build one dashboard. " * 290}]}
 
 def _cached(fake: FakeGemini, model: str, index: int, *, fault: str | None = None) -> int:
     """cachedContentTokenCount of the first turn of session ``index``."""
-    body = {"contents": [brief_message(make_brief(5, index))], "systemInstruction": SYSTEM}
+    body = {"contents": [dashboard_brief(5, index)], "systemInstruction": SYSTEM}
     request = urllib.request.Request(
         f"{fake.url}/v1beta/models/{model}:generateContent",
         data=json.dumps(body).encode(),

@@ -22,7 +22,7 @@ from scheduler.cli.options import _CONFIG_FIELDS
 from scheduler.report.format import jsonable
 from tests.conftest import ROOT
 from tests.factories import make_run
-from worker.config import RunConfig, parse_mix
+from worker.config import RunConfig
 from worker.models.pricing import PriceTable
 from worker.reads.figures import SessionCounts, run_figures
 from worker.settings import Settings
@@ -97,7 +97,8 @@ def test_run_flags_default_to_the_run_config() -> None:
     params = {p.name: p.default for p in cli.commands["run"].params}
     for name in _CONFIG_FIELDS:
         assert params[name] == getattr(config, name), name
-    assert parse_mix(str(params["sim_mix"])) == config.sim_mix
+    # Without --sim-mix a run plays its task's default persona
+    assert params["sim_mix"] is None and config.sim_mix is None
 
 
 def _imports(path: Path) -> set[str]:

@@ -174,3 +174,33 @@ def test_module_entry_point(tmp_path: Path) -> None:
     assert missing.returncode == EXIT_UNJUDGED
     assert missing.stdout == ""
     assert "cannot read" in missing.stderr
+
+
+def test_a_humaneval_solution_is_judged_offline_as_a_fleet_would(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    from worker.tasks.humaneval.task import task as humaneval
+
+    # Given the reference solution of HumanEval/3, and its untouched prompt, as files
+    instance = humaneval.instance("HumanEval/3")
+    good, bad = tmp_path / "mine.py", tmp_path / "prompt.py"
+    good.write_text(humaneval.solution(instance)["solution.py"])
+    bad.write_text(humaneval.files(instance)["solution.py"])
+    args = ["check", "--task", "humaneval", "--instance", "HumanEval/3"]
+    # When each is checked
+    passed = runner.invoke(cli, [*args, str(good)])
+    failed = runner.invoke(cli, [*args, str(bad), "--json"])
+    # Then the solution passes its hidden test in the sandbox, and the prompt fails it with
+    # what was called, not with the test
+    assert passed.exit_code == EXIT_PASSED, passed.output
+    assert "ran: static and sandbox checks" in passed.output
+    assert failed.exit_code == EXIT_FAILED
+    verdict = json.loads(failed.output)
+    assert verdict["task"] == "humaneval" and verdict["sandbox"] is True
+    hidden = next(c for c in verdict["checks"] if c["name"] == "hidden_test")
+    assert "below_zero([]) returned None" in hidden["detail"]
+    # And without an instance, or with one the task lacks, it says so in one line
+    missing = runner.invoke(cli, ["check", "--task", "humaneval", str(good)])
+    assert missing.exit_code == EXIT_UNJUDGED and "--instance is required" in missing.output
+    unknown = runner.invoke(cli, [*args[:3], "--instance", "HumanEval/999", str(good)])
+    assert unknown.exit_code == EXIT_UNJUDGED and "no instance 'HumanEval/999'" in unknown.output

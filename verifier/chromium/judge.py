@@ -6,15 +6,15 @@ page. The browser is only started for pages that pass the static checks.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from verifier.verdict import Verdict
 from worker.errors import RendererStarved
 from worker.settings import DEFAULT_VERIFY_MIN_FPS
-from worker.tasks.dashboard.checks import DEFAULT_MAX_BYTES, Check, passed, static_checks
+from worker.tasks.base import Check, passed
+from worker.tasks.dashboard.checks import DEFAULT_MAX_BYTES, static_checks
 
 if TYPE_CHECKING:
     from verifier.chromium.browser import Browser, BrowserReport
@@ -45,46 +45,6 @@ MIN_KEEP_RUNNING_RATIO = 0.5
 _QUOTED = 3
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Whether an artifact passed, with every check that was run.
-
-    Attributes:
-        passed: True when every check passed.
-        checks: Static checks, then browser checks (absent when a static check failed).
-        fps: The page's own animation frame rate, or None if it was not measured.
-        screenshot_png: The viewport at the end of the measurement, if one was taken.
-        sandbox: Whether Chromium rendered the page in its sandbox; None without a browser.
-    """
-
-    passed: bool
-    checks: list[Check]
-    fps: float | None
-    screenshot_png: bytes | None = field(default=None, repr=False)
-    sandbox: bool | None = None
-
-    @property
-    def failed(self) -> list[str]:
-        """Names of the checks that failed, in order."""
-        return [check.name for check in self.checks if not check.passed]
-
-    def to_dict(self) -> dict[str, object]:
-        """The verdict as JSON-compatible data, without the screenshot."""
-        return {
-            "passed": self.passed,
-            "checks": [
-                {"name": c.name, "passed": c.passed, "value": c.value, "detail": c.detail}
-                for c in self.checks
-            ],
-            "fps": self.fps,
-            "sandbox": self.sandbox,
-        }
-
-    def to_json(self) -> str:
-        """The verdict as one JSON object: ``passed``, ``checks``, ``fps`` and ``sandbox``."""
-        return json.dumps(self.to_dict())
-
-
 def judge(
     html: str,
     *,
@@ -92,6 +52,7 @@ def judge(
     max_bytes: int = DEFAULT_MAX_BYTES,
     min_fps: float = DEFAULT_MIN_FPS,
     retry_starved: bool = True,
+    static: list[Check] | None = None,
 ) -> Verdict:
     """Judge one artifact.
 
@@ -102,6 +63,8 @@ def judge(
         min_fps: Frames per second the page's own loop must reach.
         retry_starved: Raise instead of judging when the machine, not the page, was too
             slow (see :func:`starved`); false once such retries are exhausted.
+        static: The task's static checks of the page, already run (default: the
+            dashboard's, run here).
 
     Returns:
         The verdict; static failures skip the browser entirely.
@@ -110,7 +73,7 @@ def judge(
         BrowserUnavailable: Chromium failed; the artifact was not judged.
         RendererStarved: The host starved the page of CPU (only with ``retry_starved``).
     """
-    checks = static_checks(html, max_bytes=max_bytes)
+    checks = list(static) if static is not None else static_checks(html, max_bytes=max_bytes)
     if not passed(checks) or browser is None:
         return Verdict(passed=passed(checks), checks=checks, fps=None)
     before = psutil.cpu_times()

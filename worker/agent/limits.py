@@ -16,10 +16,10 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from worker.agent.events import Event, ModelOutput, Nudge, NudgeReason, ToolFailure, ToolResult
-from worker.agent.prompt import LOOP_HINT
 from worker.config import RunConfig
 from worker.errors import LimitExceeded
 from worker.models.base import calls_of
+from worker.notices import LOOP_HINT
 from worker.states import Outcome
 from worker.store.tables import usage
 

@@ -7,6 +7,7 @@ worker: arguments are validated before any tool runs.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -17,11 +18,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from sqlalchemy.engine import Connection
 
 from worker.agent import workspace
-from worker.agent.profiles import Profile
 from worker.agent.regions import RegionNotFound, region_ids, replace_region
-from worker.errors import ToolError
+from worker.errors import ConfigError, ToolError
 from worker.models.base import FunctionCall, ToolSpec
-from worker.tasks.dashboard.checks import passed, static_checks
+from worker.profiles import Profile
+from worker.tasks.base import Instance, Submission, Task, TaskTool, Workspace, passed
 
 #: Artifact names: a plain file name, never a path.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -50,19 +51,20 @@ class _Args(BaseModel):
 
 
 class ManageArtifact(_Args):
-    """Create, edit, read or delete one HTML artifact in your workspace."""
+    """Create, edit, read or delete one artifact (a file) in your workspace."""
 
     action: Literal["create", "edit", "get", "delete"]
     """create a new artifact, edit one in place, get its content and version, or delete it."""
     name: str = Field(pattern=NAME_PATTERN)
-    """File name of the artifact, e.g. dashboard.html."""
+    """File name of the artifact, one the workspace policy allows (e.g. dashboard.html)."""
     content: Text | None = None
-    """For create: the whole page. For edit: the whole page, or with region_id only the new
-    inside of that element."""
+    """For create: the whole file. For edit: the whole file, or with region_id (HTML) only the
+    new inside of that element."""
     region_id: Text | None = Field(default=None, min_length=1, max_length=100)
     """For edit: replace only the inside of the element with this id, keeping its tag."""
-    expected_version: int | None = Field(default=None, ge=1)
-    """For edit and delete: the version you last saw (compare-and-swap)."""
+    expected_version: int | None = Field(default=None, ge=0)
+    """For edit and delete: the version you last saw (compare-and-swap); a file you start
+    with is at version 0."""
 
 
 class PlanManage(_Args):
@@ -96,6 +98,9 @@ class ToolContext:
     turn_no: int
     profile: Profile
     now: datetime
+    task: Task
+    instance: Instance
+    """The session's instance, public fields only."""
     handed_off: int | None = None
     """Artifact version id accepted by handoff during this turn."""
     progress: bool = False
@@ -116,6 +121,26 @@ class ToolContext:
         """Remember the plan a call has just written."""
         self._plan = plan
 
+    def max_bytes(self, name: str) -> int:
+        """The ceiling of artifact ``name`` under the task and the run's profile.
+
+        Raises:
+            ToolError: the task allows no artifact by that name.
+        """
+        spec = self.task.artifact_for(name)
+        if spec is None:
+            allowed = ", ".join(a.path for a in self.task.artifacts)
+            raise ToolError(
+                f"the workspace allows no artifact named {name}",
+                kind="not_allowed",
+                hint=f"use one of the names the workspace policy allows: {allowed}",
+            )
+        return self.profile.max_bytes(spec.max_bytes)
+
+    def files(self) -> dict[str, str]:
+        """The session's live files, as this turn's earlier calls left them."""
+        return workspace.live_files(self.conn, session_id=self.session_id)
+
 
 Handler = Callable[[Any, ToolContext], dict[str, Any]]
 
@@ -134,14 +159,14 @@ def _utf8_size(content: str) -> int:
     )
 
 
-def _size(content: str, ctx: ToolContext) -> int:
+def _size(content: str, ctx: ToolContext, name: str) -> int:
+    limit = ctx.max_bytes(name)
     size = _utf8_size(content)
-    limit = ctx.profile.artifact_max_bytes
     if size > limit:
         raise ToolError(
             f"content is {size} bytes; the limit is {limit} bytes",
             kind="too_large",
-            hint="make the page smaller: shorter code, fewer panels, no embedded data",
+            hint="make the file smaller: shorter code, less repetition, no embedded data",
             data={"size_bytes": size, "limit_bytes": limit},
         )
     return size
@@ -207,7 +232,7 @@ def _create(name: str, content: str, ctx: ToolContext) -> dict[str, Any]:
             hint="edit it in place with expected_version",
             data={"current_version": current.version},
         )
-    size = _size(content, ctx)
+    size = _size(content, ctx, name)
     # Re-creating a deleted artifact continues its version numbers, so history has no gaps.
     expected = current.version if current is not None else None
     version = workspace.write_artifact(
@@ -235,7 +260,7 @@ def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any
     if args.expected_version != current.version:
         raise _conflict(current, args.expected_version)
     if args.region_id is not None:
-        _size(content, ctx)  # a region over the ceiling is refused before the page is copied
+        _size(content, ctx, args.name)  # a region over the ceiling is refused before it is copied
         try:
             content = replace_region(current.content, args.region_id, content)
         except RegionNotFound:
@@ -245,7 +270,7 @@ def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any
                 hint="use one of the ids listed",
                 data={"regions": region_ids(current.content)},
             ) from None
-    size = _size(content, ctx)
+    size = _size(content, ctx, args.name)
     version = workspace.write_artifact(
         ctx.conn,
         session_id=ctx.session_id,
@@ -306,9 +331,15 @@ def plan_manage(args: PlanManage, ctx: ToolContext) -> dict[str, Any]:
 
 
 def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
-    """Run the static checks and hand the artifact's current version to the verifier."""
+    """Run the task's static checks and hand the artifact's current version to the verifier."""
     current = _existing(ctx, args.artifact_name)
-    checks = static_checks(current.content, max_bytes=ctx.profile.artifact_max_bytes)
+    submission = Submission(
+        instance=ctx.instance,
+        files=ctx.files(),
+        main=current.name,
+        max_bytes=ctx.max_bytes(current.name),
+    )
+    checks = ctx.task.static_checks(submission)
     if not passed(checks):
         failed = [{"check": c.name, "detail": c.detail} for c in checks if not c.passed]
         raise ToolError(
@@ -334,9 +365,10 @@ def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool: its argument model and its handler."""
+    """A tool: its name, its argument model and its handler."""
 
-    args: type[_Args]
+    name: str
+    args: type[BaseModel]
     handler: Handler
 
     @property
@@ -345,25 +377,43 @@ class Tool:
         schema = self.args.model_json_schema()
         description = schema.pop("description", "")
         schema.pop("title", None)
-        return ToolSpec(name=_NAMES[self.args], description=description, parameters=schema)
+        return ToolSpec(name=self.name, description=description, parameters=schema)
 
 
-_NAMES: dict[type[_Args], str] = {
-    ManageArtifact: "manage_artifact",
-    PlanManage: "plan_manage",
-    Handoff: "handoff",
-}
-#: Every tool, in the fixed order the prompt prefix lists them.
+#: The artifact tools every task has, in the fixed order the prompt prefix lists them.
 TOOLS: dict[str, Tool] = {
-    "manage_artifact": Tool(ManageArtifact, manage_artifact),
-    "plan_manage": Tool(PlanManage, plan_manage),
-    "handoff": Tool(Handoff, handoff),
+    tool.name: tool
+    for tool in (
+        Tool("manage_artifact", ManageArtifact, manage_artifact),
+        Tool("plan_manage", PlanManage, plan_manage),
+        Tool("handoff", Handoff, handoff),
+    )
 }
 
 
-def tool_specs() -> tuple[ToolSpec, ...]:
-    """Declarations of every tool, in fixed order."""
-    return tuple(tool.spec for tool in TOOLS.values())
+def _task_tool(tool: TaskTool) -> Tool:
+    def handler(args: Any, ctx: ToolContext) -> dict[str, Any]:
+        seen = Workspace(
+            instance_id=ctx.instance.id, public=dict(ctx.instance.public), files=ctx.files()
+        )
+        return tool.handler(args, seen)
+
+    return Tool(tool.name, tool.args, handler)
+
+
+@functools.cache
+def tools_of(task: Task) -> dict[str, Tool]:
+    """Every tool of a session of ``task``: the artifact tools, then the task's own."""
+    own = {tool.name: _task_tool(tool) for tool in task.tools()}
+    clash = sorted(set(own) & set(TOOLS))
+    if clash:
+        raise ConfigError(f"task {task.name}: its tool {clash[0]} has an artifact tool's name")
+    return {**TOOLS, **own}
+
+
+def tool_specs(task: Task) -> tuple[ToolSpec, ...]:
+    """Declarations of every tool of ``task``, in fixed order."""
+    return tuple(tool.spec for tool in tools_of(task).values())
 
 
 def _describe(exc: ValidationError) -> str:
@@ -380,12 +430,13 @@ def run_tool(call: FunctionCall, ctx: ToolContext) -> dict[str, Any]:
     Raises:
         ToolError: unknown tool, bad arguments, or a refusal by the tool itself.
     """
-    tool = TOOLS.get(call.name)
+    tools = tools_of(ctx.task)
+    tool = tools.get(call.name)
     if tool is None:
         raise ToolError(
             f"there is no tool named {call.name!r}",
             kind="unknown_tool",
-            hint=f"call one of: {', '.join(TOOLS)}",
+            hint=f"call one of: {', '.join(tools)}",
         )
     if not isinstance(call.args, dict):
         raise ToolError("arguments must be an object", kind="bad_arguments")

@@ -27,8 +27,7 @@ from worker.agent.events import (
     ToolResult,
     decode,
 )
-from worker.agent.profiles import get_profile
-from worker.agent.prompt import build_prefix, user_text
+from worker.agent.prompt import build_prefix
 from worker.agent.timings import OVERHEAD_PHASES, PHASES, TurnTimer
 from worker.agent.tools import ToolContext, run_tool
 from worker.config import RunConfig
@@ -43,18 +42,18 @@ from worker.errors import (
 )
 from worker.fleet.runtime import Runtime, TurnObserver
 from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn, TokenUsage
+from worker.models.sim.model import SimModel
+from worker.notices import NO_CALL_NOTICE, user_text
+from worker.profiles import get_profile
 from worker.states import Outcome, RunStatus
 from worker.store import lifecycle, sessions, turns, warmup
+from worker.tasks.base import Instance, Task
+from worker.tasks.fingerprint import recorded_task
 
 logger = logging.getLogger(__name__)
 
 #: A call argument longer than this many artifact ceilings is not stored whole.
 STORED_ARG_CEILINGS = 4
-#: What the agent is told when it answers without calling a tool.
-NO_CALL_NOTICE = (
-    "No tool was called. Text answers are not read: publish the page with "
-    'manage_artifact(action="create") or edit it, then call handoff.'
-)
 
 
 class TurnOutcome(str, Enum):
@@ -208,8 +207,9 @@ def _play(
     if spent is not None:
         limits.check_spend(config, spent, view.run_budget_usd)
     log = [decode(kind, payload) for kind, payload in view.events]
+    task = _task_of(view)
     profile = get_profile(view.profile)
-    prefix = build_prefix(profile)
+    prefix = build_prefix(task, profile)
     request = ModelRequest(
         model=view.model,
         system_instruction=prefix.system_instruction,
@@ -217,17 +217,56 @@ def _play(
         history=tuple(history.rebuild(log)),
         tool_mode=profile.tool_mode,
     )
-    chosen = model or _model_for(rt, view)
+    chosen = model or _model_for(rt, view, config, task)
     ledger.timer.lap("rebuild")
     answer = _generate(rt, claim, request, chosen, retries=retries)
     ledger.timer.lap("model")
-    outcome = _commit(rt, claim, view, log, config, answer, ledger)
+    outcome = _commit(rt, claim, view, log, config, task, answer, ledger)
     return outcome, len(answer.calls)
 
 
-def _model_for(rt: Runtime, view: sessions.SessionView) -> Model:
+def _task_of(view: sessions.SessionView) -> Task:
+    """The session's task, as its run recorded it.
+
+    Raises:
+        SessionStopped: it cannot be loaded here, or it is not the one the run recorded.
+    """
     try:
-        return rt.providers.model_for(view)
+        return recorded_task(view.task_ref, version=view.task_version, sha256=view.task_sha256)
+    except ConfigError as exc:
+        raise SessionStopped(str(exc), outcome=Outcome.task_error) from exc
+
+
+def public_instance(view: sessions.SessionView) -> Instance:
+    """The session's instance as the session's side sees it (its public fields)."""
+    return Instance(view.instance_id, view.brief)
+
+
+def _model_for(rt: Runtime, view: sessions.SessionView, config: RunConfig, task: Task) -> Model:
+    def sim() -> Model:
+        try:
+            instance = task.instance(view.instance_id)
+        except ConfigError:  # a session made before tasks: its brief is all there is
+            instance = public_instance(view)
+        player = task.player(
+            instance,
+            view.persona,
+            seed=config.seed,
+            index=view.index,
+            flaw_rate=config.sim_flaw_rate,
+        )
+        return SimModel(
+            player,
+            seed=config.seed,
+            index=view.index,
+            latency_ms=config.sim_latency_ms,
+            jitter=config.sim_latency_jitter,
+        )
+
+    try:
+        return rt.providers.model_for(
+            view.model, run_id=view.run_id, explicit_cache=config.cache == "explicit", sim=sim
+        )
     except ConfigError as exc:
         raise SessionStopped(str(exc), outcome=Outcome.model_error) from exc
 
@@ -260,6 +299,7 @@ def _commit(
     view: sessions.SessionView,
     log: list[Event],
     config: RunConfig,
+    task: Task,
     answer: ModelTurn,
     ledger: _Ledger,
 ) -> TurnOutcome:
@@ -280,11 +320,16 @@ def _commit(
             )
             return TurnOutcome.fenced
         ctx = ToolContext(
-            conn=conn, session_id=claim.session_id, turn_no=claim.turn_no, profile=profile, now=now
+            conn=conn,
+            session_id=claim.session_id,
+            turn_no=claim.turn_no,
+            profile=profile,
+            now=now,
+            task=task,
+            instance=public_instance(view),
         )
-        stored = history.elide_long_args(
-            answer.content, max_chars=STORED_ARG_CEILINGS * profile.artifact_max_bytes
-        )
+        ceiling = max(profile.max_bytes(a.max_bytes) for a in task.artifacts)
+        stored = history.elide_long_args(answer.content, max_chars=STORED_ARG_CEILINGS * ceiling)
         items: list[Event] = [ModelOutput(stored, answer.finish_reason)]
         ledger.timer.lap("commit")
         items += _run_tools(answer, ctx)
@@ -330,7 +375,9 @@ def _commit(
     if loop is not None:
         raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
     nxt = (
-        lifecycle.Dispatch(claim.session_id, "verify", view.repair_round)
+        lifecycle.Dispatch(
+            claim.session_id, "verify", view.repair_round, verifier=task.verifier.value
+        )
         if ctx.handed_off is not None
         else lifecycle.Dispatch(claim.session_id, "turn", claim.turn_no + 1)
     )

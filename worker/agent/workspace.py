@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
@@ -101,6 +102,58 @@ def get_artifact(conn: Connection, *, session_id: int, name: str) -> ArtifactSta
         return None
     return ArtifactState(
         row.id, row.name, row.version, row.content, row.deleted_at is not None, row.version_id
+    )
+
+
+def live_files(conn: Connection, *, session_id: int) -> dict[str, str]:
+    """The session's live artifacts, by name."""
+    rows = conn.execute(
+        select(artifacts.c.name, artifacts.c.content)
+        .where(artifacts.c.session_id == session_id, artifacts.c.deleted_at.is_(None))
+        .order_by(artifacts.c.name)
+    ).all()
+    return {r.name: r.content for r in rows}
+
+
+#: The turn number that version 0 of a starting file records: it was there before turn 0.
+START_TURN = -1
+
+
+def seed_files(
+    conn: Connection, *, session_ids: list[int], files: list[dict[str, str]], now: datetime
+) -> None:
+    """Give each session its starting files as version 0 (``files[i]`` for ``session_ids[i]``)."""
+    rows: list[dict[str, Any]] = [
+        {
+            "session_id": session_id,
+            "name": name,
+            "version": 0,
+            "content": content,
+            "size_bytes": len(content.encode()),
+            "updated_at": now,
+        }
+        for session_id, start in zip(session_ids, files, strict=True)
+        for name, content in start.items()
+    ]
+    if not rows:
+        return
+    ids = conn.execute(
+        insert(artifacts).returning(artifacts.c.id, sort_by_parameter_order=True), rows
+    ).scalars()
+    conn.execute(
+        insert(versions),
+        [
+            {
+                "artifact_id": artifact_id,
+                "version": 0,
+                "turn_no": START_TURN,
+                "content": row["content"],
+                "sha256": _sha256(row["content"]),
+                "size_bytes": row["size_bytes"],
+                "created_at": now,
+            }
+            for artifact_id, row in zip(ids, rows, strict=True)
+        ],
     )
 
 

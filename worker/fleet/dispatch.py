@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE
+from worker.settings import SANDBOX_QUEUE, SESSIONS_QUEUE, VERIFY_QUEUE
 from worker.store.lifecycle import Dispatch
 
 #: Task that runs one turn.
 TURN_TASK = "swarm.turn"
 #: Task that verifies one handed-off artifact version.
 VERIFY_TASK = "swarm.verify"
+#: The verify queue of each kind of verifier: a host runs browsers or sandboxes where they fit.
+VERIFY_QUEUES = {"chromium": VERIFY_QUEUE, "static": VERIFY_QUEUE, "python": SANDBOX_QUEUE}
 
 
 class Dispatcher(Protocol):
@@ -52,7 +54,8 @@ class CeleryDispatcher:
         if item.kind == "turn":
             name, queue, prefix, number = TURN_TASK, SESSIONS_QUEUE, "turn", "turn_no"
         else:
-            name, queue, prefix, number = VERIFY_TASK, VERIFY_QUEUE, "verify", "round_no"
+            name, prefix, number = VERIFY_TASK, "verify", "round_no"
+            queue = VERIFY_QUEUES.get(item.verifier, VERIFY_QUEUE)
         kwargs = {"session_id": item.session_id, number: item.number}
         self.app.send_task(
             name,

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 import redis
 from sqlalchemy import Engine
 
-from worker.config import RunConfig
 from worker.errors import ConfigError, LimiterUnavailable
 from worker.models.base import Model, ModelRequest
 from worker.models.gemini.cache import RunCache, drop_ended
 from worker.models.limiter.base import LimitConfig, Limiter, LimiterState, LocalLimiter
 from worker.models.limiter.redis import RedisLimiter
 from worker.models.pricing import PriceTable
-from worker.models.sim.model import SimModel
 from worker.settings import Settings
 from worker.store.engine import utcnow
-from worker.store.sessions import SessionView
-from worker.tasks.dashboard.personas import Persona, flaw_for
 
 if TYPE_CHECKING:
     from google import genai
@@ -58,27 +55,23 @@ class Providers:
         self.engine = engine
         self._lock = threading.Lock()
 
-    def model_for(self, view: SessionView) -> Model:
-        """The model that plays ``view``'s session.
+    def model_for(
+        self, name: str, *, run_id: int, explicit_cache: bool, sim: Callable[[], Model]
+    ) -> Model:
+        """The model ``name`` of a session of run ``run_id``.
+
+        Args:
+            name: ``sim`` or a ``gemini-*`` model.
+            run_id: The session's run (an explicit context cache is the run's).
+            explicit_cache: The run keeps its prompt prefix in one explicit cache.
+            sim: Makes the session's sim model (its player is the session's task's).
 
         Raises:
-            ConfigError: the run names a model no provider serves, or the Gemini API key
-                is missing.
+            ConfigError: no provider serves that model, or the Gemini API key is missing.
         """
-        config = RunConfig.model_validate(view.run_config)
-        if view.model == SIM:
-            return SimModel(
-                seed=config.seed,
-                index=view.index,
-                persona=Persona(view.persona),
-                latency_ms=config.sim_latency_ms,
-                jitter=config.sim_latency_jitter,
-                design_seed=view.brief["design_seed"],
-                title=view.brief["title"],
-                flaw=flaw_for(config.sim_flaw_rate, config.seed, view.index),
-                metrics=tuple(view.brief["metrics"]),
-            )
-        if view.model.startswith(GEMINI_PREFIX):
+        if name == SIM:
+            return sim()
+        if name.startswith(GEMINI_PREFIX):
             # Imported here, as in the methods below: google-genai costs a process about
             # 40 MiB, and a worker that serves only sim sessions never loads it.
             from worker.models.gemini.client import GeminiModel
@@ -90,9 +83,9 @@ class Providers:
                 thinking_level=s.thinking_level,
                 thinking_budget=s.thinking_budget,
                 wait_s=s.limiter_wait_s,
-                cache=self._run_cache(view.run_id) if config.cache == "explicit" else None,
+                cache=self._run_cache(run_id) if explicit_cache else None,
             )
-        raise ConfigError(f"no provider serves model {view.model!r}")
+        raise ConfigError(f"no provider serves model {name!r}")
 
     @cached_property
     def client(self) -> genai.Client:

@@ -23,6 +23,7 @@ from worker.models.pricing import PriceTable
 from worker.reads.forks import ForkFigures, fork_figures
 from worker.reads.memory import Memory, memory_figures
 from worker.reads.queries import per_session
+from worker.reads.tasks import TaskFigures, task_figures
 from worker.reads.timings import TurnTimings, timing_figures
 from worker.reads.waves import TOKEN_KINDS, WaveFigures, wave_figures
 from worker.states import TERMINAL, CostBucket, Outcome, RunStatus, SessionStatus
@@ -177,6 +178,8 @@ class RunFigures:
     """The run's projected total spend, once two sessions ended on their own."""
     cache_alarm: CacheAlarm | None = None
     """Where the run's cache share fell well below its running figure, if it did."""
+    task: TaskFigures | None = None
+    """How the sessions scored on the run's task."""
 
     @property
     def total_usd(self) -> float:
@@ -244,6 +247,7 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
         forks=fork_figures(conn, run_id),
         forecast=forecast(conn, run_id=run_id),
         cache_alarm=cache_alarm(conn, run_id=run_id),
+        task=task_figures(conn, run_id, cost_usd=cost),
     )
 
 
@@ -286,7 +290,14 @@ def _artifacts(conn: Connection, run_id: int) -> Artifacts:
     ids = select(sessions.c.id).where(sessions.c.run_id == run_id).scalar_subquery()
     n, versions = conn.execute(
         select(func.count(func.distinct(artifacts.c.id)), func.count(artifact_versions.c.id))
-        .select_from(artifacts.outerjoin(artifact_versions))
+        .select_from(
+            # Version 0 is a starting file: the session wrote none of it.
+            artifacts.outerjoin(
+                artifact_versions,
+                (artifact_versions.c.artifact_id == artifacts.c.id)
+                & (artifact_versions.c.version > 0),
+            )
+        )
         .where(artifacts.c.session_id.in_(ids))
     ).one()
     passed = conn.execute(

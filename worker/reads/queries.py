@@ -29,6 +29,8 @@ class SessionRow:
     wave: int
     """Index of the session's wave in its run."""
     persona: str
+    instance: str
+    """The task instance it played."""
     status: SessionStatus
     outcome: Outcome | None
     """Why it ended; None while it runs."""
@@ -69,6 +71,7 @@ def session_rows(conn: Connection, run_id: int) -> list[SessionRow]:
     versions = (
         select(artifacts.c.session_id, func.count(artifact_versions.c.id).label("n"))
         .join(artifact_versions)
+        .where(artifact_versions.c.version > 0)
         .group_by(artifacts.c.session_id)
         .subquery()
     )
@@ -84,6 +87,7 @@ def session_rows(conn: Connection, run_id: int) -> list[SessionRow]:
             sessions.c.index.label("session_index"),
             waves.c.index.label("wave_index"),
             sessions.c.persona,
+            sessions.c.instance_id,
             sessions.c.status,
             sessions.c.outcome,
             sessions.c.repair_round,
@@ -106,6 +110,7 @@ def session_rows(conn: Connection, run_id: int) -> list[SessionRow]:
             index=r.session_index,
             wave=r.wave_index,
             persona=r.persona,
+            instance=r.instance_id,
             status=SessionStatus(r.status),
             outcome=Outcome(r.outcome) if r.outcome is not None else None,
             turns=int(r.turns),

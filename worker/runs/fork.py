@@ -15,15 +15,16 @@ from sqlalchemy import delete, insert, update
 from sqlalchemy.engine import Connection
 
 from worker.agent.events import EventKind, Nudge, NudgeReason
-from worker.agent.profiles import get_profile
-from worker.agent.prompt import user_text
 from worker.config import RunConfig
 from worker.errors import InputError
+from worker.notices import user_text
+from worker.profiles import get_profile
 from worker.reads import recorded
 from worker.reads.recorded import LoggedEvent
 from worker.runs.create import create_run
-from worker.runs.replay import compare_versions, reenact
+from worker.runs.replay import compare_versions, reenact, session_task
 from worker.store.tables import events, runs, sessions
+from worker.tasks.base import Instance
 
 __all__ = ["Fork", "create_fork", "kept_events"]
 
@@ -79,12 +80,21 @@ def create_fork(
     _refuse_after_handoff(log, session_id=session_id, at_turn=at_turn)
     if model is not None and model != origin.model and note is None:
         _refuse_foreign_signatures(log, origin_model=origin.model, model=model)
-    config = RunConfig.model_validate(origin.run_config).model_copy(update={"waves": "1x1"})
+    task = session_task(origin)
+    config = RunConfig.model_validate(origin.run_config).model_copy(
+        update={
+            "waves": "1x1",
+            "instances": origin.instance_id or None,
+            "sample": None,
+            "epochs": 1,
+        }
+    )
     run_id = create_run(
         conn,
         model=model or origin.model,
         config=config,
         now=now,
+        task=origin.task_ref,
         profile=profile or origin.profile,
         budget_usd=origin.run_budget_usd,
     )
@@ -101,6 +111,7 @@ def create_fork(
         .values(
             index=origin.index,
             persona=origin.persona,
+            instance_id=origin.instance_id,
             brief=origin.brief,
             next_turn=at_turn,
             repair_round=_repair_round(log),
@@ -118,8 +129,11 @@ def create_fork(
         session_id=fork_id,
         log=log,
         profile=get_profile(origin.profile),
+        task=task,
+        instance=Instance(origin.instance_id, origin.brief),
         now=now,
         until_turn=at_turn,
+        seeded=True,
     )
     recorded_versions = [
         v for v in recorded.artifact_history(conn, session_id=session_id) if v.turn_no < at_turn

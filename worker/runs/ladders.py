@@ -7,11 +7,12 @@ from datetime import datetime
 from sqlalchemy import insert
 from sqlalchemy.engine import Connection
 
-from worker.agent.profiles import get_profile
 from worker.config import RunConfig, WaveSpec
 from worker.errors import InputError
+from worker.profiles import get_profile
 from worker.runs.create import create_run
 from worker.store.tables import ladders
+from worker.tasks.registry import DEFAULT_TASK
 
 #: The tiers of the seed write-up: one session, five in a row, then growing waves.
 DEFAULT_TIERS = ("1", "5x1", "5x5", "10x5", "10x10")
@@ -40,6 +41,7 @@ def create_ladder(
     config: RunConfig,
     now: datetime,
     budget_usd: float | None = None,
+    task: str = DEFAULT_TASK,
 ) -> tuple[int, list[int]]:
     """Create a ladder and all its runs; only the first is started.
 
@@ -74,6 +76,7 @@ def create_ladder(
                     profile=profile,
                     now=now,
                     budget_usd=budget_usd,
+                    task=task,
                     ladder_id=ladder_id,
                     tier=tier,
                     start=not run_ids,

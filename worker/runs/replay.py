@@ -21,13 +21,18 @@ from sqlalchemy.engine import Connection
 
 from worker.agent.events import EventKind, ModelOutput, ToolFailure, ToolResult, decode
 from worker.agent.history import is_elided
-from worker.agent.profiles import Profile, get_profile
 from worker.agent.tools import ToolContext
 from worker.agent.turn import run_call
+from worker.agent.workspace import seed_files
+from worker.errors import ConfigError, InputError
 from worker.models.base import FunctionCall, calls_of
+from worker.profiles import Profile, get_profile
 from worker.reads import recorded
 from worker.reads.recorded import LoggedEvent, RecordedVersion
+from worker.store.sessions import SessionView
 from worker.store.tables import metadata
+from worker.tasks.base import Instance, Task
+from worker.tasks.fingerprint import recorded_task
 
 __all__ = ["Divergence", "ReplayReport", "VersionCheck", "reenact", "replay_session"]
 
@@ -135,6 +140,7 @@ def replay_session(conn: Connection, *, session_id: int, now: datetime) -> Repla
         InputError: no such session.
     """
     head = recorded.find_session(conn, session_id=session_id)
+    task = session_task(head)
     log = recorded.session_log(conn, session_id=session_id)
     # A turn that commits while this reads is left out: versions beyond the log read are not
     # compared (each turn commits its events and versions together).
@@ -153,6 +159,8 @@ def replay_session(conn: Connection, *, session_id: int, now: datetime) -> Repla
                 session_id=SCRATCH_SESSION_ID,
                 log=log,
                 profile=get_profile(head.profile),
+                task=task,
+                instance=Instance(head.instance_id, head.brief),
                 now=now,
             )
             replayed = recorded.artifact_history(work, session_id=SCRATCH_SESSION_ID)
@@ -176,8 +184,11 @@ def reenact(
     session_id: int,
     log: Sequence[LoggedEvent],
     profile: Profile,
+    task: Task,
+    instance: Instance,
     now: datetime,
     until_turn: int | None = None,
+    seeded: bool = False,
 ) -> Reenacted:
     """Run the tool calls of every recorded model output into ``session_id``'s workspace.
 
@@ -188,9 +199,15 @@ def reenact(
         session_id: The session whose workspace is written.
         log: The recorded events, in log order.
         profile: The profile the session was recorded under (its rules decide results).
+        task: The session's task (its tools and checks decide results too).
+        instance: The session's instance (public fields).
         now: Timestamp of the rows written.
         until_turn: Stop before this turn (None: every turn).
+        seeded: The workspace has its starting files already (a fork made by ``create_run``);
+            otherwise the task's are written first, as version 0.
     """
+    if not seeded:
+        seed_files(conn, session_ids=[session_id], files=[dict(task.files(instance))], now=now)
     turns = calls = elided = 0
     divergences: list[Divergence] = []
     for turn_no, group in groupby(log, key=lambda e: e.turn_no):
@@ -203,7 +220,13 @@ def reenact(
         turns += 1
         outputs = [e for e in events if e.kind in _TOOL_KINDS]
         ctx = ToolContext(
-            conn=conn, session_id=session_id, turn_no=turn_no, profile=profile, now=now
+            conn=conn,
+            session_id=session_id,
+            turn_no=turn_no,
+            profile=profile,
+            now=now,
+            task=task,
+            instance=instance,
         )
         made = _calls(model)
         for i, call in enumerate(made):
@@ -243,6 +266,19 @@ def _differs(got: dict[str, Any], logged: LoggedEvent) -> str:
     if isinstance(want, ToolResult) and "kind" in got:
         return f"recorded a result, replayed error {got['kind']}"
     return f"the {kind} differs from the one recorded"
+
+
+def session_task(head: SessionView) -> Task:
+    """The task a recorded session ran, as its run recorded it.
+
+    Raises:
+        InputError: it cannot be loaded, or it changed since (a replay or fork of it would
+            not say what the session did).
+    """
+    try:
+        return recorded_task(head.task_ref, version=head.task_version, sha256=head.task_sha256)
+    except ConfigError as exc:
+        raise InputError(f"session {head.id}: {exc}") from None
 
 
 def compare_versions(

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, insert, select
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql import ColumnElement, Select
 
 from worker.agent.events import Feedback
-from worker.agent.profiles import get_profile
-from worker.agent.prompt import feedback_text, user_text
 from worker.config import RunConfig
 from worker.fleet.runtime import Runtime
+from worker.notices import feedback_text, user_text
 from worker.states import Outcome, SessionStatus
 from worker.store import lifecycle
 from worker.store.sessions import add_events
 from worker.store.tables import artifact_versions as _versions
+from worker.store.tables import artifacts as _artifacts
 from worker.store.tables import runs, sessions, verifications
 
 logger = logging.getLogger(__name__)
@@ -27,19 +28,28 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Handoff:
-    """The artifact version a session handed off and waits on."""
+    """The artifact version a session handed off and waits on, with the rest of its files."""
 
     session_id: int
     round: int
     version_id: int
+    main: str
+    """The handed-off artifact's name."""
     content: str
-    max_bytes: int
     profile: str
+    task_ref: str
+    task_version: str
+    task_sha256: str | None
+    instance_id: str
+    brief: dict[str, Any]
+    """The instance's public fields."""
     epoch: int | None = None
     """The lease this worker holds to judge it (:func:`claim_handoff`); only its holder
     records the verdict."""
     record: bool = False
     """The run asks for a video of every artifact it verifies."""
+    files: Mapping[str, str] = field(default_factory=dict)
+    """Every live file of the session as handed off, the main one included."""
 
 
 @dataclass(frozen=True)
@@ -56,13 +66,31 @@ class VerdictIn:
     video_mp4: bytes | None = None
 
 
+#: What a verdict reads of the run beside the handoff.
+_RUN_COLUMNS = (
+    runs.c.profile,
+    runs.c.config,
+    runs.c.task_ref,
+    runs.c.task_version,
+    runs.c.task_sha256,
+)
+
+
 def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | None:
     """The version to verify, or None when the session no longer waits on this round."""
     s = sessions
     with rt.engine.connect() as conn:
         row = conn.execute(
-            select(s.c.handoff_version_id, _versions.c.content, runs.c.profile, runs.c.config)
+            select(
+                s.c.handoff_version_id,
+                s.c.instance_id,
+                s.c.brief,
+                _versions.c.content,
+                _artifacts.c.name,
+                *_RUN_COLUMNS,
+            )
             .join(_versions, _versions.c.id == s.c.handoff_version_id)
+            .join(_artifacts, _artifacts.c.id == _versions.c.artifact_id)
             .join(runs, runs.c.id == s.c.run_id)
             .where(
                 s.c.id == session_id,
@@ -70,32 +98,65 @@ def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | No
                 s.c.repair_round == round_no,
             )
         ).first()
-    return None if row is None else _handoff(row, session_id, round_no)
+        return None if row is None else _handoff(conn, row, session_id, round_no)
 
 
 def _handoff(
-    row: Row[*tuple[Any, ...]], session_id: int, round_no: int, epoch: int | None = None
+    conn: Connection,
+    row: Row[*tuple[Any, ...]],
+    session_id: int,
+    round_no: int,
+    epoch: int | None = None,
 ) -> Handoff:
     return Handoff(
         session_id,
         round_no,
         row.handoff_version_id,
+        row.name,
         row.content,
-        get_profile(row.profile).artifact_max_bytes,
         row.profile,
+        row.task_ref,
+        row.task_version,
+        row.task_sha256,
+        row.instance_id,
+        row.brief,
         epoch=epoch,
         record=RunConfig.model_validate(row.config).record,
+        files={**handed_off_files(conn, session_id=session_id), row.name: row.content},
     )
 
 
+def handed_off_files(conn: Connection, *, session_id: int) -> dict[str, str]:
+    """A waiting session's live files, read through their versions (no turn runs while it
+    waits, so the current versions are the ones it handed off)."""
+    rows = conn.execute(
+        select(_artifacts.c.name, _versions.c.content)
+        .join(
+            _versions,
+            (_versions.c.artifact_id == _artifacts.c.id)
+            & (_versions.c.version == _artifacts.c.version),
+        )
+        .where(_artifacts.c.session_id == session_id, _artifacts.c.deleted_at.is_(None))
+    ).all()
+    return {r.name: r.content for r in rows}
+
+
 _CLAIMED = lifecycle.CLAIM_VERIFICATION.returning(
-    sessions.c.handoff_version_id, sessions.c.run_id
+    sessions.c.handoff_version_id, sessions.c.run_id, sessions.c.instance_id, sessions.c.brief
 ).cte("claimed")
 #: PostgreSQL: the claim and what was handed off, in one statement outside a transaction.
 _CLAIM_HANDOFF_PG = (
-    select(_CLAIMED.c.lease_epoch, _CLAIMED.c.handoff_version_id, _versions.c.content)
-    .add_columns(runs.c.profile, runs.c.config)
+    select(
+        _CLAIMED.c.lease_epoch,
+        _CLAIMED.c.handoff_version_id,
+        _CLAIMED.c.instance_id,
+        _CLAIMED.c.brief,
+        _versions.c.content,
+        _artifacts.c.name,
+    )
+    .add_columns(*_RUN_COLUMNS)
     .join(_versions, _versions.c.id == _CLAIMED.c.handoff_version_id)
+    .join(_artifacts, _artifacts.c.id == _versions.c.artifact_id)
     .join(runs, runs.c.id == _CLAIMED.c.run_id)
 )
 
@@ -117,7 +178,9 @@ def claim_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | N
         with rt.engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT")
             row = conn.execute(_CLAIM_HANDOFF_PG, params).first()
-        return None if row is None else _handoff(row, session_id, round_no, row.lease_epoch)
+            if row is None:
+                return None
+            return _handoff(conn, row, session_id, round_no, row.lease_epoch)
     with rt.engine.begin() as conn:
         claim = lifecycle.claim_verification(
             conn,

@@ -63,6 +63,22 @@ class Dispatch:
     number: int
     delay_s: float = 0.0
     """Send it this many seconds from now (a first turn held back to warm the cache)."""
+    verifier: str = "chromium"
+    """For a verification: the kind of verifier its run's task needs (it picks the queue)."""
+
+
+#: What a due session's dispatch is made of: its state, its numbers and its run's verifier.
+_DUE = (
+    sessions.c.id,
+    sessions.c.status,
+    sessions.c.next_turn,
+    sessions.c.repair_round,
+    select(runs.c.verifier)
+    .where(runs.c.id == sessions.c.run_id)
+    .correlate_except(runs)
+    .scalar_subquery()
+    .label("verifier"),
+)
 
 
 def _take_lease(*conditions: ColumnElement[bool], **values: Any) -> Update:
@@ -545,7 +561,7 @@ def reopen_run(conn: Connection, *, run_id: int, now: datetime) -> list[Dispatch
             sessions.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
         )
         .values(dispatched_at=now)
-        .returning(sessions.c.id, sessions.c.status, sessions.c.next_turn, sessions.c.repair_round)
+        .returning(*_DUE)
     ).all()
     return [_dispatch_of(row) for row in sorted(rows)]
 
@@ -582,7 +598,7 @@ def claim_lapsed(
             (s.c.lease_expires_at < now) | s.c.lease_owner.in_(list(dead_owners)),
         )
         .values(dispatched_at=now, lease_owner=None, lease_expires_at=None)
-        .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
+        .returning(*_DUE)
     ).all()
     return [_dispatch_of(row) for row in sorted(rows)]
 
@@ -609,7 +625,7 @@ def unclaimed(conn: Connection, *, before: datetime) -> list[Unclaimed]:
     """
     s = sessions
     rows = conn.execute(
-        select(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round, s.c.dispatched_at).where(
+        select(*_DUE, s.c.dispatched_at).where(
             s.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
             s.c.lease_expires_at.is_(None),
             s.c.dispatched_at.is_(None) | (s.c.dispatched_at < before),
@@ -648,12 +664,12 @@ def redispatch(conn: Connection, *, items: Sequence[Unclaimed], now: datetime) -
             s.c.lease_expires_at.is_(None),
         )
         .values(dispatched_at=now)
-        .returning(s.c.id, s.c.status, s.c.next_turn, s.c.repair_round)
+        .returning(*_DUE)
     ).all()
     return [_dispatch_of(row) for row in sorted(rows)]
 
 
 def _dispatch_of(row: Any) -> Dispatch:
     if row.status == SessionStatus.verifying.value:
-        return Dispatch(row.id, "verify", row.repair_round)
+        return Dispatch(row.id, "verify", row.repair_round, verifier=row.verifier)
     return Dispatch(row.id, "turn", row.next_turn)

@@ -31,6 +31,9 @@ class LogEntry(Protocol):
         ...
 
 
+#: What a session reads of its run's task.
+RUN_TASK_COLUMNS = (runs.c.task_ref, runs.c.task_version, runs.c.task_sha256)
+
 # A turn runs these statements every time: built once, their SQL is compiled once (building
 # and keying a statement costs more CPU than PostgreSQL spends on a primary-key lookup).
 _SESSION = (
@@ -39,6 +42,7 @@ _SESSION = (
         sessions.c.run_id,
         sessions.c.index.label("session_index"),
         sessions.c.persona,
+        sessions.c.instance_id,
         sessions.c.brief,
         sessions.c.status,
         sessions.c.next_turn,
@@ -48,6 +52,7 @@ _SESSION = (
         runs.c.config,
         runs.c.status.label("run_status"),
         runs.c.budget_usd,
+        *RUN_TASK_COLUMNS,
     )
     .join(runs, runs.c.id == sessions.c.run_id)
     .where(sessions.c.id == bindparam("session_id"))
@@ -110,7 +115,9 @@ class SessionView:
     run_id: int
     index: int
     persona: str
+    instance_id: str
     brief: dict[str, Any]
+    """The instance's public fields."""
     status: str
     next_turn: int
     repair_round: int
@@ -120,6 +127,10 @@ class SessionView:
     run_status: str
     run_budget_usd: float | None
     events: list[tuple[str, dict[str, Any]]]
+    task_ref: str
+    """How the run loads its task."""
+    task_version: str
+    task_sha256: str | None
     next_seq: int = 0
     """The next free event sequence number of turn ``next_turn``."""
 
@@ -134,6 +145,7 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
         run_id=row.run_id,
         index=row.session_index,
         persona=row.persona,
+        instance_id=row.instance_id,
         brief=row.brief,
         status=row.status,
         next_turn=row.next_turn,
@@ -144,6 +156,9 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
         run_status=row.run_status,
         run_budget_usd=row.budget_usd,
         events=[(e.kind, e.payload) for e in log],
+        task_ref=row.task_ref,
+        task_version=row.task_version,
+        task_sha256=row.task_sha256,
         next_seq=max(current) + 1 if current else 0,
     )
 

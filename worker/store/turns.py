@@ -41,6 +41,7 @@ from worker.states import SessionStatus
 from worker.store import lifecycle
 from worker.store.lifecycle import CLAIM_TURN, Claim
 from worker.store.sessions import (
+    RUN_TASK_COLUMNS,
     LogEntry,
     SessionView,
     add_events,
@@ -57,6 +58,7 @@ _CLAIMED = CLAIM_TURN.returning(
     sessions.c.run_id,
     sessions.c.index.label("session_index"),
     sessions.c.persona,
+    sessions.c.instance_id,
     sessions.c.brief,
     sessions.c.status,
     sessions.c.next_turn,
@@ -86,6 +88,7 @@ _CLAIM_AND_LOAD_PG = select(
     runs.c.config,
     runs.c.status.label("run_status"),
     runs.c.budget_usd,
+    *RUN_TASK_COLUMNS,
     _LOG.label("log"),
 ).join(runs, runs.c.id == _CLAIMED.c.run_id)
 
@@ -130,6 +133,7 @@ def claim_turn(
         run_id=row.run_id,
         index=row.session_index,
         persona=row.persona,
+        instance_id=row.instance_id,
         brief=row.brief,
         status=row.status,
         next_turn=row.next_turn,
@@ -140,6 +144,9 @@ def claim_turn(
         run_status=row.run_status,
         run_budget_usd=row.budget_usd,
         events=[(kind, payload) for kind, payload, _, _ in log],
+        task_ref=row.task_ref,
+        task_version=row.task_version,
+        task_sha256=row.task_sha256,
         next_seq=1 + max((seq for _, _, turn, seq in log if turn == row.next_turn), default=-1),
     )
     return claim, view

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import select
 
-from tests.factories import ScriptedModel, call, make_run, model_turn, page
+from tests.factories import ScriptedModel, call, dashboard_sim, make_run, model_turn, page
 from worker.agent.events import Event, ModelOutput, Nudge, NudgeReason, ToolFailure, ToolResult
 from worker.agent.limits import find_loop
 from worker.agent.turn import run_turn
 from worker.config import RunConfig
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelTurn
-from worker.models.sim.model import SimModel
 from worker.store.tables import events, runs, sessions
-from worker.tasks.dashboard.personas import Persona
+from worker.tasks.dashboard.sim import DashboardPlayer
 
 pytestmark = pytest.mark.services
 
@@ -130,14 +129,7 @@ def test_the_explorer_persona_is_caught_within_a_few_turns(runtime: Runtime) -> 
     for seed in range(6):
         # Given an explorer, whichever way its dice fall
         _, (sid,) = make_run(runtime.engine, seed=seed)
-        model = SimModel(
-            seed=seed,
-            index=0,
-            persona=Persona.explorer,
-            latency_ms=0,
-            design_seed=seed,
-            title="Probe",
-        )
+        model = dashboard_sim(seed=seed, persona="explorer", title="Probe")
         # When its turns run
         _turns(runtime, sid, model)
         row = _session(runtime, sid)
@@ -157,7 +149,7 @@ def test_the_explorer_persona_is_caught_within_a_few_turns(runtime: Runtime) -> 
         if row.status == "stopped":
             assert row.outcome == "loop" and row.next_turn <= 13
         else:
-            assert not model.heeds_warnings or row.next_turn <= 12
+            assert not cast(DashboardPlayer, model.player).heeds_warnings or row.next_turn <= 12
 
 
 def _costly(n: int) -> list[ModelTurn]:

@@ -11,8 +11,7 @@ import pytest
 from google.genai import errors, types
 
 from ops.fake_gemini import FakeGemini, Fault, FaultRule
-from worker.agent.profiles import get_profile
-from worker.agent.prompt import brief_message, build_prefix, make_brief
+from tests.factories import dashboard_brief, dashboard_prefix
 from worker.errors import ModelFatal, ModelPaused, ModelUnavailable, RateLimited
 from worker.models.base import ModelRequest
 from worker.models.gemini.client import (
@@ -42,12 +41,12 @@ def _model(fake: FakeGemini, *, timeout_s: float = 2.0) -> GeminiModel:
 
 
 def _request(history: list[dict[str, Any]] | None = None, model: str = MODEL) -> ModelRequest:
-    prefix = build_prefix(get_profile("candidate"))
+    prefix = dashboard_prefix("candidate")
     return ModelRequest(
         model=model,
         system_instruction=prefix.system_instruction,
         tools=prefix.tools,
-        history=tuple(history or [brief_message(make_brief(1, 0))]),
+        history=tuple(history or [dashboard_brief(1, 0)]),
     )
 
 
@@ -74,7 +73,7 @@ def test_turns_round_trip_with_signatures_and_cached_usage(
     # Given the fake API and a session's brief
     fake = fake_gemini()
     model = _model(fake)
-    history = [brief_message(make_brief(1, 0))]
+    history = [dashboard_brief(1, 0)]
     # When three turns are taken, each model content appended verbatim as JSON
     turns = []
     for _ in range(3):
@@ -96,7 +95,7 @@ def test_a_lost_signature_is_a_fatal_error(fake_gemini: Callable[..., FakeGemini
     # Given a history whose model content lost its thought signature
     fake = fake_gemini()
     model = _model(fake)
-    history = [brief_message(make_brief(1, 0))]
+    history = [dashboard_brief(1, 0)]
     turn = model.generate(_request(history))
     content = {
         "role": "model",

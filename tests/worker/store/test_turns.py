@@ -9,8 +9,8 @@ from sqlalchemy import Engine, func, select
 
 from tests.factories import make_run
 from worker.agent.events import ModelOutput, Nudge, NudgeReason
-from worker.agent.prompt import user_text
 from worker.agent.timings import TurnTimer
+from worker.notices import user_text
 from worker.store.engine import utcnow
 from worker.store.lifecycle import Claim, claim_turn
 from worker.store.sessions import load_session, next_seq

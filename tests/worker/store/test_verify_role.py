@@ -49,6 +49,7 @@ def _libpq(url: str) -> str:
         "DELETE FROM sessions",
         "DELETE FROM verifications",
         "UPDATE artifact_versions SET content = ''",
+        "SELECT content FROM artifacts",
     ],
 )
 def test_the_verify_role_is_refused_what_a_verdict_does_not_need(
@@ -74,6 +75,8 @@ def test_the_verify_role_reads_what_a_verification_reads(
         assert conn.execute("SELECT current_user").fetchone() == (VERIFY_ROLE,)
         for table in ("artifact_versions", "sessions", "runs", "waves", "fleet"):
             conn.execute(f"SELECT count(*) FROM {table}")
+        # which files a session has, to judge its whole workspace, but not their text
+        conn.execute("SELECT id, session_id, name, version FROM artifacts WHERE deleted_at IS NULL")
     role_engine = make_engine(Settings(database_url=as_verify_role(settings.database_url)))
     try:
         assert not can_reconcile(role_engine)

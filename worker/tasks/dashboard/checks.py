@@ -16,9 +16,8 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
-from dataclasses import dataclass
 
+from worker.tasks.base import Check, passed
 from worker.tasks.dashboard.loads import network_loads
 
 __all__ = ["DEFAULT_MAX_BYTES", "Check", "passed", "static_checks"]
@@ -45,16 +44,6 @@ _RAF_RE = re.compile(r"requestAnimationFrame\b")
 
 _recent: OrderedDict[tuple[bytes, int], tuple[Check, ...]] = OrderedDict()
 _recent_lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class Check:
-    """The outcome of one static check."""
-
-    name: str  #: check name: size, canvas_2d, raf_loop or no_external_url
-    passed: bool  #: whether the artifact passes this check
-    value: object  #: the measured value, JSON-serialisable (int, float, str, bool, list of str)
-    detail: str  #: one sentence: what was found and, when failing, what to do instead
 
 
 def static_checks(html: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Check]:
@@ -89,18 +78,6 @@ def static_checks(html: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Chec
         while len(_recent) > RECENT_PAGES:
             _recent.popitem(last=False)
     return list(checks)
-
-
-def passed(checks: Iterable[Check]) -> bool:
-    """Tell whether every check passed.
-
-    Args:
-        checks: Results from :func:`static_checks`.
-
-    Returns:
-        True when no check failed.
-    """
-    return all(check.passed for check in checks)
 
 
 def _check_size(html: str, max_bytes: int) -> Check:

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from itertools import pairwise
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import select
 
-from tests.factories import make_run
+from tests.factories import dashboard_sim, make_run
 from worker.agent.turn import run_turn
 from worker.fleet.runtime import Runtime
 from worker.models.sim import model as sim_model
 from worker.models.sim.model import SimModel
 from worker.runs.verdicts import VerdictIn, load_handoff, record_verdict
 from worker.store.tables import artifact_versions, artifacts, events, plans, sessions, usage
+from worker.tasks.dashboard import sim as dashboard_player
 from worker.tasks.dashboard.pages import render_dashboard
-from worker.tasks.dashboard.personas import Persona
+from worker.tasks.dashboard.sim import DashboardPlayer
 
 pytestmark = pytest.mark.services
 
@@ -35,15 +36,7 @@ def _until_not_running(rt: Runtime, sid: int, model: SimModel | None) -> None:
 
 
 def _sim(seed: int, **kw: Any) -> SimModel:
-    return SimModel(
-        seed=seed,
-        index=0,
-        persona=Persona.diligent,
-        latency_ms=0,
-        design_seed=seed,
-        title="Cache Fleet Pulse",
-        **kw,
-    )
+    return dashboard_sim(seed=seed, **kw)
 
 
 def _log(rt: Runtime, sid: int) -> list[tuple[str, dict[str, Any]]]:
@@ -89,13 +82,13 @@ def test_baseline_pastes_the_page_fits_8_kb_and_checks_the_plan_off(runtime: Run
         sizes = _versions(runtime, sid)
         assert sizes and all(size <= 8 * 1024 for size in sizes)
         refused = [p["kind"] for k, p in log if k == "tool_error"]
-        assert refused == (["too_large"] if model.ambitious else [])
+        assert refused == (["too_large"] if cast(DashboardPlayer, model.player).ambitious else [])
         # and every plan item was checked off before the handoff was accepted
         with runtime.engine.connect() as conn:
             done = conn.execute(select(plans.c.done).where(plans.c.session_id == sid)).all()
             status = conn.execute(select(sessions.c.status).where(sessions.c.id == sid)).scalar()
         assert status == "verifying" and done and all(d for (d,) in done)
-        seeds[seed] = model.ambitious
+        seeds[seed] = cast(DashboardPlayer, model.player).ambitious
     assert set(seeds.values()) == {True, False}, "both kinds of draft were exercised"
 
 
@@ -177,7 +170,7 @@ def test_a_sim_call_decides_its_turn_after_the_wait_and_the_same_turn_as_without
         order.append("render")
         return render_dashboard(*args, **kwargs)
 
-    monkeypatch.setattr(sim_model, "render_dashboard", rendering)
+    monkeypatch.setattr(dashboard_player, "render_dashboard", rendering)
     # When both sessions work until they hand off
     _until_not_running(runtime, waiting, None)
     waited = order.copy()

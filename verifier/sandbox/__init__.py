@@ -1,0 +1,1 @@
+"""The Python sandbox: hidden tests run against a solution in bubblewrap."""
