@@ -22,8 +22,8 @@ from sqlalchemy import Engine, text
 from ops.fake_gemini import FakeGemini, FaultRule, SimConfig
 from worker.fleet.runtime import Runtime
 from worker.settings import Settings
+from worker.store.due import Dispatch
 from worker.store.engine import make_engine, migrate
-from worker.store.lifecycle import Dispatch
 from worker.store.tables import metadata
 
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

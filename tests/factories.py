@@ -19,7 +19,6 @@ from worker.profiles import get_profile
 from worker.runs.create import create_run
 from worker.settings import Settings
 from worker.store.engine import utcnow
-from worker.store.lifecycle import take_outbox
 from worker.store.tables import (
     artifact_versions,
     artifacts,
@@ -28,6 +27,7 @@ from worker.store.tables import (
     usage,
     verifications,
 )
+from worker.store.waves import take_outbox
 from worker.tasks.base import Instance
 from worker.tasks.dashboard.brief import make_brief
 from worker.tasks.dashboard.sim import DashboardPlayer

@@ -25,9 +25,10 @@ from worker.fleet.runtime import Runtime
 from worker.models.base import ModelRequest, ModelTurn, TokenUsage, calls_of
 from worker.runs.create import create_run
 from worker.settings import Settings
+from worker.store.due import Dispatch
 from worker.store.engine import make_engine, utcnow
-from worker.store.lifecycle import Dispatch, take_outbox
 from worker.store.tables import sessions, turn_timings
+from worker.store.waves import take_outbox
 from worker.tasks.dashboard.pages import render_dashboard
 
 #: Turns whose CPU is printed.

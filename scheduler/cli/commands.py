@@ -32,6 +32,8 @@ from scheduler.cli.services import (
     ServiceUnavailable,
     check_broker,
     database_error,
+    open_runtime,
+    open_store,
     safe_url,
     send_or_raise,
     settings_error,
@@ -49,7 +51,7 @@ from worker.reads.ladders import Target
 from worker.reads.queries import latest_run_id, session_rows
 from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
 from worker.store.control import cancel_ladder, cancel_run, resume_run
-from worker.store.engine import make_engine, migrate, require_migrated, utcnow
+from worker.store.engine import make_engine, migrate, utcnow
 from worker.store.roles import VERIFY_ROLE, enable_verify_login
 from worker.tasks.registry import load_task
 
@@ -160,9 +162,7 @@ def enqueue(
 ) -> None:
     """Create a run and dispatch its first wave to the workers."""
     app = create_app(settings)
-    rt = app.runtime
-    try:
-        require_migrated(rt.engine)
+    with open_runtime(app) as rt:
         # Refuse before anything is created, rather than leave a run nobody was sent.
         check_broker(app, settings)
         run_id = request.create(rt)
@@ -182,8 +182,6 @@ def enqueue(
             prices=rt.prices,
             stall_after_s=stall_after_s or None,
         )
-    finally:
-        rt.engine.dispose()
     print_status(figures, as_json=as_json)
     sys.exit(_exit_code(figures))
 
@@ -244,10 +242,8 @@ def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bo
     if embedded:
         migrate(settings.database_url)
     app = create_app(settings)
-    rt = app.runtime
     size = max(WaveSpec.parse(t).size for t in request.tiers)
-    try:
-        require_migrated(rt.engine)
+    with open_runtime(app) as rt:
         if not embedded:
             check_broker(app, settings)
         with embedded_worker(app, concurrency=min(size, 100)) if embedded else nullcontext():
@@ -265,8 +261,6 @@ def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bo
                 until_finished(rt.engine, run_id, show=not as_json, prices=rt.prices)
                 for run_id in run_ids
             ]
-    finally:
-        rt.engine.dispose()
     if as_json:
         click.echo(json.dumps({"ladder": ladder_id, "runs": jsonable(figures)}, indent=2))
     else:
@@ -284,17 +278,12 @@ def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bo
 def status(settings: Settings, run_id: int | None, with_sessions: bool, as_json: bool) -> None:
     """Show a run's waves, sessions, artifacts, errors, tokens and cost (default: latest)."""
     prices = PriceTable.load(settings.prices_file)
-    engine = make_engine(settings)
-    try:
-        require_migrated(engine)
-        with engine.connect() as conn:
-            run_id = run_id if run_id is not None else latest_run_id(conn)
-            if run_id is None:
-                raise click.ClickException("no runs yet")
-            figures = run_figures(conn, run_id, prices=prices)
-            rows = session_rows(conn, run_id) if with_sessions else None
-    finally:
-        engine.dispose()
+    with open_store(settings) as engine, engine.connect() as conn:
+        run_id = run_id if run_id is not None else latest_run_id(conn)
+        if run_id is None:
+            raise click.ClickException("no runs yet")
+        figures = run_figures(conn, run_id, prices=prices)
+        rows = session_rows(conn, run_id) if with_sessions else None
     limiter = (
         Providers(settings).limiter_status(figures.model)
         if figures.model.startswith(GEMINI_PREFIX) and not settings.is_embedded
@@ -310,16 +299,11 @@ def cancel(settings: Settings, run_or_ladder: str) -> None:
     """Cancel a run (12) or a ladder (L3): no new turn, wave or tier starts; turns in flight
     finish and are recorded."""
     target = Target.parse(run_or_ladder)
-    engine = make_engine(settings)
-    try:
-        require_migrated(engine)
-        with engine.begin() as conn:
-            if target.kind == "ladder":
-                done = cancel_ladder(conn, ladder_id=target.id, now=utcnow())
-            else:
-                done = cancel_run(conn, run_id=target.id, now=utcnow())
-    finally:
-        engine.dispose()
+    with open_store(settings) as engine, engine.begin() as conn:
+        if target.kind == "ladder":
+            done = cancel_ladder(conn, ladder_id=target.id, now=utcnow())
+        else:
+            done = cancel_run(conn, run_id=target.id, now=utcnow())
     what = f"ladder {target}" if target.kind == "ladder" else f"run {target}"
     click.echo(
         f"{what} cancelled: {done.ended} sessions ended now, {done.in_flight} "
@@ -333,15 +317,11 @@ def cancel(settings: Settings, run_or_ladder: str) -> None:
 def resume(settings: Settings, run_id: int) -> None:
     """Dispatch again every session of a run that has not ended (after an outage, a cancel)."""
     app = create_app(settings)
-    rt = app.runtime
-    try:
-        require_migrated(rt.engine)
+    with open_runtime(app) as rt:
         check_broker(app, settings)
         with rt.engine.begin() as conn:
             dispatches = resume_run(conn, run_id=run_id, now=utcnow())
         sent = send_or_raise(rt.dispatcher, dispatches, run_id=run_id)
-    finally:
-        rt.engine.dispose()
     turns = sum(1 for d in dispatches if d.kind == "turn")
     click.echo(
         f"run {run_id} resumed: {turns} turns and {len(dispatches) - turns} "

@@ -9,13 +9,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from scheduler.cli.services import OperatorError
+from scheduler.cli.services import OperatorError, open_store
 from scheduler.report.diff import FigureDiff, diff_runs
 from worker.errors import RunNotFound
 from worker.models.pricing import PriceTable
 from worker.reads.figures import RunFigures, run_figures
 from worker.settings import Settings
-from worker.store.engine import make_engine, require_migrated
 
 __all__ = ["diff"]
 
@@ -40,18 +39,13 @@ def diff(settings: Settings, run_a: str, run_b: str, as_json: bool) -> None:
     of two runs side by side, with the ratio RUN_B / RUN_A."""
     ids = _run_id(run_a), _run_id(run_b)
     prices = PriceTable.load(settings.prices_file)
-    engine = make_engine(settings)
-    try:
-        require_migrated(engine)
-        with engine.connect() as conn:
-            try:
-                a, b = (run_figures(conn, run_id, prices=prices) for run_id in ids)
-            except RunNotFound as exc:
-                raise OperatorError(
-                    f"{exc} (`python -m scheduler status` shows the latest run)"
-                ) from None
-    finally:
-        engine.dispose()
+    with open_store(settings) as engine, engine.connect() as conn:
+        try:
+            a, b = (run_figures(conn, run_id, prices=prices) for run_id in ids)
+        except RunNotFound as exc:
+            raise OperatorError(
+                f"{exc} (`python -m scheduler status` shows the latest run)"
+            ) from None
     rows = diff_runs(a, b)
     if as_json:
         out = {

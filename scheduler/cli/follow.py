@@ -7,26 +7,20 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import NamedTuple
 
 from rich.console import Console
-from sqlalchemy import Engine, case, func, select
-from sqlalchemy.engine import Connection
+from sqlalchemy import Engine
 
 from scheduler.cli.services import WORKER_COMMAND, NoWorker
 from scheduler.cli.views import RunProgress
 from worker.fleet.sampler import Role
 from worker.models.pricing import PriceTable
 from worker.reads.figures import RunFigures, run_figures
-from worker.states import TERMINAL, RunStatus, SessionStatus
+from worker.reads.progress import Claims, claims_of, live_roles, run_ended
 from worker.store.engine import run_listener, utcnow
-from worker.store.tables import runs, samples, sessions
 
 logger = logging.getLogger(__name__)
 
-#: Run states after which nothing more happens.
-FINAL_RUN_STATES = frozenset({RunStatus.finished, RunStatus.cancelled, RunStatus.stopped})
 #: Longest wait between two looks at the database (notifications usually come sooner).
 REFRESH_S = 0.5
 #: Shortest time between two computations of the figures a live progress bar shows: they
@@ -80,14 +74,14 @@ def until_finished(
             # Each look reads the run's row; the figures only when they are shown, at most
             # every DISPLAY_REFRESH_S, and once the run has ended.
             with engine.connect() as conn:
-                ended = _ended(conn, run_id)
+                ended = run_ended(conn, run_id)
                 due = shown_at is None or time.monotonic() - shown_at >= DISPLAY_REFRESH_S
                 figures = (
                     run_figures(conn, run_id, prices=prices)
                     if ended or (update is not None and due)
                     else None
                 )
-                claims = _claims(conn, run_id, now=utcnow()) if watch is not None else None
+                claims = claims_of(conn, run_id, now=utcnow()) if watch is not None else None
             if update is not None and figures is not None:
                 update(figures)
                 shown_at = time.monotonic()
@@ -95,51 +89,12 @@ def until_finished(
             if ended and figures is not None:
                 return figures
             if watch is not None and claims is not None:
-                watch.check(claims, now_s=time.monotonic(), live_roles=lambda: _live(engine))
+                watch.check(
+                    claims,
+                    now_s=time.monotonic(),
+                    live_roles=lambda: live_roles(engine, recent_s=LIVE_WITHIN_S),
+                )
             listener.wait(REFRESH_S)
-
-
-def _ended(conn: Connection, run_id: int) -> bool:
-    """Whether the run is over: in a final state, with its last turns in flight ended."""
-    row = conn.execute(select(runs.c.status, runs.c.finished_at).where(runs.c.id == run_id)).one()
-    return RunStatus(row.status) in FINAL_RUN_STATES and row.finished_at is not None
-
-
-class Claims(NamedTuple):
-    """What a run's workers have taken so far, and what waits for one."""
-
-    progress: tuple[int, ...]
-    """Changes whenever a worker claims or ends work of the run."""
-    turns_waiting: int
-    """Sessions with a turn due that no worker holds."""
-    verdicts_waiting: int
-    """Sessions waiting for a verdict that no worker holds."""
-
-
-def _claims(conn: Connection, run_id: int, *, now: datetime) -> Claims:
-    s = sessions.c
-    unheld = s.lease_expires_at.is_(None) | (s.lease_expires_at < now)
-    row = conn.execute(
-        select(
-            func.coalesce(func.sum(s.lease_epoch), 0),
-            func.coalesce(func.sum(s.next_turn), 0),
-            func.count(case((s.status.in_([t.value for t in TERMINAL]), 1))),
-            func.count(case((s.status == SessionStatus.verifying.value, 1))),
-            func.count(case(((s.status == SessionStatus.running.value) & unheld, 1))),
-            func.count(case(((s.status == SessionStatus.verifying.value) & unheld, 1))),
-        ).where(s.run_id == run_id)
-    ).one()
-    return Claims(tuple(int(v) for v in row[:4]), int(row[4]), int(row[5]))
-
-
-def _live(engine: Engine, *, recent_s: float = LIVE_WITHIN_S) -> frozenset[str]:
-    """Roles of the worker processes that sampled themselves lately (idle or not)."""
-    # Every worker process samples itself every fraction of a second and writes at least
-    # every few seconds, so a recent sample means it lives.
-    since = utcnow() - timedelta(seconds=recent_s)
-    with engine.connect() as conn:
-        roles = conn.execute(select(samples.c.role).where(samples.c.at > since).distinct())
-        return frozenset(roles.scalars())
 
 
 @dataclass

@@ -20,6 +20,7 @@ from scheduler.cli.services import (
     EXIT_RUN_INCOMPLETE,
     OperatorError,
     check_broker,
+    open_runtime,
     send_or_raise,
 )
 from scheduler.report.format import jsonable
@@ -32,8 +33,8 @@ from worker.profiles import PROFILES
 from worker.reads.figures import RunFigures
 from worker.runs.fork import Fork, create_fork
 from worker.settings import Settings
-from worker.store.engine import migrate, require_migrated, utcnow
-from worker.store.lifecycle import take_outbox
+from worker.store.engine import migrate, utcnow
+from worker.store.waves import take_outbox
 
 __all__ = ["fork"]
 
@@ -89,9 +90,7 @@ def fork(
     if embedded:
         migrate(settings.database_url)
     app = create_app(settings)
-    rt = app.runtime
-    try:
-        require_migrated(rt.engine)
+    with open_runtime(app) as rt:
         if not embedded:
             check_broker(app, settings)
         with embedded_worker(app, concurrency=1) if embedded else nullcontext():
@@ -122,8 +121,6 @@ def fork(
                 prices=rt.prices,
                 stall_after_s=None if embedded else stall_after_s or None,
             )
-    finally:
-        rt.engine.dispose()
     _show(figures, as_json=as_json)
     complete = figures.sessions.succeeded == figures.sessions.total
     sys.exit(EXIT_OK if complete else EXIT_RUN_INCOMPLETE)

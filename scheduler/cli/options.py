@@ -22,7 +22,7 @@ from worker.runs.create import create_run
 from worker.runs.ladders import DEFAULT_TIERS, create_ladder, parse_tiers
 from worker.settings import Settings
 from worker.store.engine import utcnow
-from worker.store.lifecycle import take_outbox
+from worker.store.waves import take_outbox
 from worker.tasks.personas import check_mix
 from worker.tasks.registry import DEFAULT_TASK, load_task
 from worker.tasks.selection import select

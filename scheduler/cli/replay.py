@@ -12,12 +12,12 @@ import time
 
 import click
 
-from scheduler.cli.services import OperatorError
+from scheduler.cli.services import OperatorError, open_store
 from scheduler.report.format import jsonable
 from worker.errors import InputError
 from worker.runs.replay import ReplayReport, replay_session
 from worker.settings import Settings
-from worker.store.engine import make_engine, require_migrated, utcnow
+from worker.store.engine import utcnow
 
 __all__ = ["EXIT_MISMATCH", "replay"]
 
@@ -33,9 +33,7 @@ def replay(settings: Settings, session_id: int, as_json: bool) -> None:
     """Re-run a session's recorded model turns through the tools, without the model, in a
     scratch workspace, and check that every artifact version comes out byte for byte as
     recorded (exit 1 if one does not)."""
-    engine = make_engine(settings)
-    try:
-        require_migrated(engine)
+    with open_store(settings) as engine:
         started = time.monotonic()
         with engine.connect() as conn:
             try:
@@ -43,8 +41,6 @@ def replay(settings: Settings, session_id: int, as_json: bool) -> None:
             except InputError as exc:
                 raise OperatorError(str(exc)) from None
         wall_s = time.monotonic() - started
-    finally:
-        engine.dispose()
     if as_json:
         out = jsonable(report)
         out.update(ok=report.ok, matched=report.matched, problem=report.problem, wall_s=wall_s)

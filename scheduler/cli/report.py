@@ -13,13 +13,13 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from scheduler.cli.services import open_store
 from scheduler.report.format import jsonable
 from scheduler.report.text import report_view
 from worker.errors import InputError, RunNotFound
 from worker.models.pricing import PriceTable
 from worker.reads.ladders import Target, figures_for, runs_of
 from worker.settings import Settings
-from worker.store.engine import make_engine, require_migrated
 
 __all__ = ["parse_target", "report"]
 
@@ -46,27 +46,22 @@ def parse_target(ctx: click.Context, param: click.Parameter, value: str) -> Targ
 def report(settings: Settings, target: Target, as_json: bool, html_path: Path | None) -> None:
     """Cost, errors, memory, tokens and outcomes of a run (12) or a ladder (L3)."""
     prices = PriceTable.load(settings.prices_file)
-    engine = make_engine(settings)
-    try:
-        require_migrated(engine)
-        with engine.connect() as conn:
-            try:
-                figures = figures_for(conn, target, prices=prices)
-            except RunNotFound as exc:
-                raise click.BadParameter(str(exc), param_hint="RUN_OR_LADDER") from None
-            if html_path is not None:
-                # Imported here: matplotlib and Jinja2 load only when a page is asked for.
-                from scheduler.report.gallery import write_assets
-                from scheduler.report.html import load_details, render_html
+    with open_store(settings) as engine, engine.connect() as conn:
+        try:
+            figures = figures_for(conn, target, prices=prices)
+        except RunNotFound as exc:
+            raise click.BadParameter(str(exc), param_hint="RUN_OR_LADDER") from None
+        if html_path is not None:
+            # Imported here: matplotlib and Jinja2 load only when a page is asked for.
+            from scheduler.report.gallery import write_assets
+            from scheduler.report.html import load_details, render_html
 
-                details = load_details(conn, runs_of(figures))
-                try:
-                    details = write_assets(conn, details, html_path)
-                except OSError as exc:
-                    raise click.FileError(str(html_path), hint=exc.strerror or str(exc)) from None
-                page = render_html(figures, details)
-    finally:
-        engine.dispose()
+            details = load_details(conn, runs_of(figures))
+            try:
+                details = write_assets(conn, details, html_path)
+            except OSError as exc:
+                raise click.FileError(str(html_path), hint=exc.strerror or str(exc)) from None
+            page = render_html(figures, details)
     if html_path is not None:
         try:
             html_path.write_text(page, encoding="utf-8")

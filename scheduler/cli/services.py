@@ -7,18 +7,22 @@ that ``python -m scheduler`` prints ``error: …`` on one line and never a trace
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
 import click
 import kombu.exceptions
 import sqlalchemy.exc
 from pydantic import ValidationError
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from worker.fleet.dispatch import Dispatcher
+from worker.fleet.runtime import Runtime
 from worker.settings import Settings, describe_invalid
-from worker.store.lifecycle import Dispatch
+from worker.store.due import Dispatch
+from worker.store.engine import make_engine, require_migrated
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -68,6 +72,32 @@ class NoWorker(OperatorError):
     """Work is due and no worker has claimed any of it for too long."""
 
     exit_code = EXIT_NO_WORKER
+
+
+@contextmanager
+def open_store(settings: Settings) -> Iterator[Engine]:
+    """The store the settings name, checked to be at the latest schema; closed afterwards.
+
+    Raises:
+        NotMigrated: the database is not at the latest revision (one line: migrate).
+    """
+    engine = make_engine(settings)
+    try:
+        require_migrated(engine)
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def open_runtime(app: Any) -> Iterator[Runtime]:
+    """The app's runtime on a store checked to be at the latest schema; closed afterwards."""
+    rt: Runtime = app.runtime
+    try:
+        require_migrated(rt.engine)
+        yield rt
+    finally:
+        rt.engine.dispose()
 
 
 def safe_url(url: str) -> str:

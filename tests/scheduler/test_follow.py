@@ -12,8 +12,8 @@ from scheduler.cli import follow
 from tests.factories import make_run
 from worker.reads.figures import run_figures
 from worker.states import Outcome
+from worker.store.endings import end_session
 from worker.store.engine import notify_run, utcnow
-from worker.store.lifecycle import end_session
 
 pytestmark = pytest.mark.services
 

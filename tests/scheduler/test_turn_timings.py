@@ -22,7 +22,7 @@ from worker.models.pricing import PriceTable
 from worker.reads.figures import run_figures
 from worker.reads.timings import Percentiles, percentile
 from worker.settings import Settings
-from worker.store.lifecycle import Dispatch
+from worker.store.due import Dispatch
 from worker.store.tables import runs, sessions, turn_timings, usage
 
 #: Seconds the run and the duplicate's skip may take.

@@ -46,7 +46,7 @@ from worker.models.sim.model import SimModel
 from worker.notices import NO_CALL_NOTICE, user_text
 from worker.profiles import get_profile
 from worker.states import Outcome, RunStatus
-from worker.store import lifecycle, sessions, turns, warmup
+from worker.store import claims, due, endings, sessions, turns, warmup
 from worker.tasks.base import Instance, Task
 from worker.tasks.fingerprint import recorded_task
 
@@ -117,7 +117,7 @@ def _run_turn(
         )
         if claimed is None:
             with conn.begin():
-                lifecycle.count_duplicate_turn(conn, session_id=session_id)
+                claims.count_duplicate_turn(conn, session_id=session_id)
             logger.info("turn %s/%s skipped: not due", session_id, turn_no)
             return TurnOutcome.skipped
         claim, view = claimed
@@ -182,7 +182,7 @@ def _load(conn: Connection, view: sessions.SessionView) -> _Loaded:
 
 def _play(
     rt: Runtime,
-    claim: lifecycle.Claim,
+    claim: claims.Claim,
     loaded: _Loaded,
     ledger: _Ledger,
     *,
@@ -272,7 +272,7 @@ def _model_for(rt: Runtime, view: sessions.SessionView, config: RunConfig, task:
 
 
 def _generate(
-    rt: Runtime, claim: lifecycle.Claim, request: ModelRequest, model: Model, *, retries: int
+    rt: Runtime, claim: claims.Claim, request: ModelRequest, model: Model, *, retries: int
 ) -> ModelTurn:
     """The model's answer; a failure becomes a stop or a retry.
 
@@ -295,7 +295,7 @@ def _generate(
 
 def _commit(
     rt: Runtime,
-    claim: lifecycle.Claim,
+    claim: claims.Claim,
     view: sessions.SessionView,
     log: list[Event],
     config: RunConfig,
@@ -375,13 +375,11 @@ def _commit(
     if loop is not None:
         raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
     nxt = (
-        lifecycle.Dispatch(
-            claim.session_id, "verify", view.repair_round, verifier=task.verifier.value
-        )
+        due.Dispatch(claim.session_id, "verify", view.repair_round, verifier=task.verifier.value)
         if ctx.handed_off is not None
-        else lifecycle.Dispatch(claim.session_id, "turn", claim.turn_no + 1)
+        else due.Dispatch(claim.session_id, "turn", claim.turn_no + 1)
     )
-    rt.send_all([nxt, *(lifecycle.Dispatch(s, "turn", 0) for s in released)])
+    rt.send_all([nxt, *(due.Dispatch(s, "turn", 0) for s in released)])
     return TurnOutcome.committed
 
 
@@ -444,11 +442,11 @@ def run_call(call: FunctionCall, ctx: ToolContext) -> ToolResult | ToolFailure:
     return ToolResult(call.name, call.id, output, progress=ctx.progress)
 
 
-def _end(rt: Runtime, claim: lifecycle.Claim, stop: SessionStopped) -> TurnOutcome:
+def _end(rt: Runtime, claim: claims.Claim, stop: SessionStopped) -> TurnOutcome:
     """End the session as ``stop`` says, if this worker still holds its lease."""
     outcome, error = stop.outcome, str(stop)
     with rt.engine.begin() as conn:
-        ended = lifecycle.end_session(
+        ended = endings.end_session(
             conn,
             session_id=claim.session_id,
             outcome=outcome,
@@ -466,7 +464,7 @@ def _end(rt: Runtime, claim: lifecycle.Claim, stop: SessionStopped) -> TurnOutco
             )
             if isinstance(stop, LimitExceeded) and outcome is Outcome.budget:
                 reason = f"budget: spent ${stop.value:.4f} of ${stop.limit:.4f}"
-                lifecycle.record_run_stop(conn, session_id=claim.session_id, reason=reason)
+                endings.record_run_stop(conn, session_id=claim.session_id, reason=reason)
     if not ended:
         return TurnOutcome.fenced
     logger.info(
@@ -481,13 +479,11 @@ def _end(rt: Runtime, claim: lifecycle.Claim, stop: SessionStopped) -> TurnOutco
     return TurnOutcome.ended
 
 
-def _retry_later(
-    rt: Runtime, claim: lifecycle.Claim, exc: TransientError, retries: int
-) -> NoReturn:
+def _retry_later(rt: Runtime, claim: claims.Claim, exc: TransientError, retries: int) -> NoReturn:
     # The server's own retry delay wins; otherwise back off exponentially.
     delay_s = exc.delay_s if exc.delay_s is not None else backoff_s(rt, retries)
     with rt.engine.begin() as conn:
-        lifecycle.release_turn(
+        claims.release_turn(
             conn,
             claim=claim,
             counted=exc.counts,

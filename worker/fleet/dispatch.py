@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from worker.settings import SANDBOX_QUEUE, SESSIONS_QUEUE, VERIFY_QUEUE
-from worker.store.lifecycle import Dispatch
+from worker.store.due import Dispatch
 
 #: Task that runs one turn.
 TURN_TASK = "swarm.turn"

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from worker.fleet.broker import BrokerProbe, BrokerView, dead_owners
 from worker.fleet.runtime import Runtime
-from worker.store import cache_alarm, lifecycle
+from worker.store import cache_alarm, due, waves
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +61,10 @@ class Reconciler:
         # after the other, which takes a busy sender a while: none younger is missed.
         recent = now - timedelta(seconds=min(settings.redispatch_after_s / 2, 15.0))
         with rt.engine.begin() as conn:
-            dispatches = lifecycle.take_outbox(conn, now=now, older_than=stale)
-            dead = dead_owners(lifecycle.lease_owners(conn, now=now), host=self.host)
-            dispatches += lifecycle.claim_lapsed(conn, now=now, dead_owners=dead)
-            waiting = lifecycle.unclaimed(conn, before=recent if self.probe else stale)
+            dispatches = waves.take_outbox(conn, now=now, older_than=stale)
+            dead = dead_owners(due.lease_owners(conn, now=now), host=self.host)
+            dispatches += due.claim_lapsed(conn, now=now, dead_owners=dead)
+            waiting = due.unclaimed(conn, before=recent if self.probe else stale)
         view = self.probe.view() if self.probe is not None and waiting else None
         lost = [u for u in waiting if self._lost(u, view, stale, stale_verify)]
         if view is not None:
@@ -73,7 +73,7 @@ class Reconciler:
             self.missing = {u.task_id for u in waiting if u.task_id not in held}
         if lost:
             with rt.engine.begin() as conn:
-                dispatches += lifecycle.redispatch(conn, items=lost, now=now)
+                dispatches += due.redispatch(conn, items=lost, now=now)
         if dispatches:
             logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
         sent = rt.send_all(dispatches)
@@ -87,7 +87,7 @@ class Reconciler:
 
     def _lost(
         self,
-        u: lifecycle.Unclaimed,
+        u: due.Unclaimed,
         view: BrokerView | None,
         stale: datetime,
         stale_verify: datetime,
@@ -116,11 +116,6 @@ class Reconciler:
         # unacknowledged hash it is in a worker's hands (a busy one can take seconds), and
         # then in neither.
         return u.task_id in self.missing
-
-
-def reconcile_once(rt: Runtime) -> int:
-    """One pass by delays alone (no broker probe); returns how many tasks were sent."""
-    return Reconciler(rt).run_once()
 
 
 class ReconcilerThread(threading.Thread):

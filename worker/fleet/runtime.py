@@ -20,7 +20,7 @@ from worker.fleet.leases import LeaseKeeper
 from worker.models.pricing import PriceTable
 from worker.models.registry import Providers
 from worker.settings import Settings
-from worker.store import lifecycle
+from worker.store import due, waves
 from worker.store.engine import make_engine, utcnow
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class Runtime:
         """The process's model clients, shared by every turn."""
         return Providers(self.settings, engine=self.engine)
 
-    def send_all(self, items: Iterable[lifecycle.Dispatch]) -> int:
+    def send_all(self, items: Iterable[due.Dispatch]) -> int:
         """Send tasks after their transaction committed; a lost send is the reconciler's."""
         sent = 0
         for item in items:
@@ -116,7 +116,7 @@ class Runtime:
                 )
         return sent
 
-    def _sent(self, item: lifecycle.Dispatch, ms: float) -> None:
+    def _sent(self, item: due.Dispatch, ms: float) -> None:
         with self._send_lock:
             if len(self._send_ms) >= SEND_TIMES_KEPT:
                 # Turns claimed by other processes are never taken: forget the oldest.
@@ -131,5 +131,5 @@ class Runtime:
     def flush_outbox(self, run_id: int | None = None) -> int:
         """Start the waves the database says are due, and send their first turns."""
         with self.engine.begin() as conn:
-            dispatches = lifecycle.take_outbox(conn, now=self.clock(), run_id=run_id)
+            dispatches = waves.take_outbox(conn, now=self.clock(), run_id=run_id)
         return self.send_all(dispatches)

@@ -12,8 +12,8 @@ from worker.agent.prompt import brief_message, build_prefix
 from worker.agent.workspace import seed_files
 from worker.config import RunConfig, WaveSpec
 from worker.profiles import DEFAULT_PROFILE, get_profile
-from worker.store.lifecycle import wave_start
 from worker.store.tables import events, outbox, runs, sessions, waves
+from worker.store.waves import wave_start
 from worker.tasks.fingerprint import fingerprint
 from worker.tasks.personas import check_mix, pick_persona
 from worker.tasks.registry import DEFAULT_TASK, load_task

@@ -17,7 +17,7 @@ from worker.config import RunConfig
 from worker.fleet.runtime import Runtime
 from worker.notices import feedback_text, user_text
 from worker.states import Outcome, SessionStatus
-from worker.store import lifecycle
+from worker.store import claims, due, endings
 from worker.store.sessions import add_events
 from worker.store.tables import artifact_versions as _versions
 from worker.store.tables import artifacts as _artifacts
@@ -141,7 +141,7 @@ def handed_off_files(conn: Connection, *, session_id: int) -> dict[str, str]:
     return {r.name: r.content for r in rows}
 
 
-_CLAIMED = lifecycle.CLAIM_VERIFICATION.returning(
+_CLAIMED = claims.CLAIM_VERIFICATION.returning(
     sessions.c.handoff_version_id, sessions.c.run_id, sessions.c.instance_id, sessions.c.brief
 ).cte("claimed")
 #: PostgreSQL: the claim and what was handed off, in one statement outside a transaction.
@@ -168,7 +168,7 @@ def claim_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | N
     """
     if rt.engine.dialect.name == "postgresql":
         now = rt.clock()
-        params = lifecycle.lease_params(
+        params = claims.lease_params(
             session_id=session_id,
             number=round_no,
             owner=rt.owner,
@@ -182,7 +182,7 @@ def claim_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | N
                 return None
             return _handoff(conn, row, session_id, round_no, row.lease_epoch)
     with rt.engine.begin() as conn:
-        claim = lifecycle.claim_verification(
+        claim = claims.claim_verification(
             conn,
             session_id=session_id,
             round_no=round_no,
@@ -201,7 +201,7 @@ def release_handoff(rt: Runtime, handoff: Handoff, *, retry_in_s: float) -> None
     if handoff.epoch is None:
         return
     with rt.engine.begin() as conn:
-        lifecycle.release_verification(
+        claims.release_verification(
             conn,
             session_id=handoff.session_id,
             epoch=handoff.epoch,
@@ -237,7 +237,7 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
     Returns what happened: ``succeeded``, ``repair``, ``failed`` or ``duplicate``.
     """
     now = rt.clock()
-    nxt: lifecycle.Dispatch | None = None
+    nxt: due.Dispatch | None = None
     with rt.engine.begin() as conn:
         row = conn.execute(
             _WAITING if handoff.epoch is None else _WAITING_LEASED,
@@ -266,10 +266,10 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
             },
         )
         rounds = RunConfig.model_validate(row.config).repair_rounds
-        ended: lifecycle.SessionEnd | None = None
+        ended: endings.SessionEnd | None = None
         if verdict.passed:
             result = "succeeded"
-            ended = lifecycle.end_session(
+            ended = endings.end_session(
                 conn,
                 session_id=handoff.session_id,
                 outcome=Outcome.verified,
@@ -277,7 +277,7 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
             )
         elif handoff.round < rounds:
             result = "repair"
-            lifecycle.start_repair(
+            endings.start_repair(
                 conn, session_id=handoff.session_id, repair_round=handoff.round + 1, now=now
             )
             text = feedback_text(verdict.checks, round_no=handoff.round, rounds=rounds)
@@ -288,11 +288,11 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
                 items=[Feedback(user_text(text), handoff.round)],
                 now=now,
             )
-            nxt = lifecycle.Dispatch(handoff.session_id, "turn", row.next_turn)
+            nxt = due.Dispatch(handoff.session_id, "turn", row.next_turn)
         else:
             result = "failed"
             failed = ", ".join(c["name"] for c in verdict.checks if not c.get("passed"))
-            ended = lifecycle.end_session(
+            ended = endings.end_session(
                 conn,
                 session_id=handoff.session_id,
                 outcome=Outcome.failed_verification,

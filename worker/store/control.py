@@ -1,6 +1,6 @@
 """A user's hand on a run: cancel it (or a whole ladder), or resume what has not ended.
 
-This module checks what a user asked for; the transitions are :mod:`worker.store.lifecycle`'s.
+This module checks what a user asked for, then makes the transitions it needs.
 """
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import case, select, update
 from sqlalchemy.engine import Connection
 
 from worker.errors import InputError, LadderNotFound, RunNotFound
 from worker.states import Outcome, RunStatus, SessionStatus
-from worker.store import lifecycle
+from worker.store import due, endings, waves
+from worker.store.due import DUE_COLUMNS, Dispatch, dispatch_of
 from worker.store.tables import ladders, runs, sessions
 
 
@@ -38,10 +39,10 @@ def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
     status = _status(conn, run_id)
     if status in (RunStatus.finished.value, RunStatus.stopped.value):
         raise InputError(f"run {run_id} has already finished")
-    lifecycle.cancel_run(conn, run_id=run_id, reason="cancelled by a user")
+    _mark_cancelled(conn, run_id=run_id, reason="cancelled by a user")
     rows = conn.execute(
         select(sessions.c.id, sessions.c.status, sessions.c.lease_expires_at)
-        .where(sessions.c.run_id == run_id, sessions.c.status.in_(lifecycle.ACTIVE))
+        .where(sessions.c.run_id == run_id, sessions.c.status.in_(due.ACTIVE))
         .with_for_update()
     ).all()
     ended = in_flight = 0
@@ -49,7 +50,7 @@ def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
         leased = row.lease_expires_at is not None and row.lease_expires_at > now
         if row.status == SessionStatus.running.value and leased:
             in_flight += 1
-        elif lifecycle.end_session(
+        elif endings.end_session(
             conn,
             session_id=row.id,
             now=now,
@@ -72,7 +73,7 @@ def cancel_ladder(conn: Connection, *, ladder_id: int, now: datetime) -> Cancell
         raise LadderNotFound(f"no ladder L{ladder_id}")
     if status == RunStatus.finished.value:
         raise InputError(f"ladder L{ladder_id} has already finished")
-    lifecycle.cancel_ladder(conn, ladder_id=ladder_id)
+    _mark_ladder_cancelled(conn, ladder_id=ladder_id)
     open_runs = (
         conn.execute(
             select(runs.c.id)
@@ -89,7 +90,7 @@ def cancel_ladder(conn: Connection, *, ladder_id: int, now: datetime) -> Cancell
     return Cancelled(sum(d.ended for d in done), sum(d.in_flight for d in done))
 
 
-def resume_run(conn: Connection, *, run_id: int, now: datetime) -> list[lifecycle.Dispatch]:
+def resume_run(conn: Connection, *, run_id: int, now: datetime) -> list[due.Dispatch]:
     """Dispatch again every session of a run that has not ended, and any wave start due.
 
     A cancelled run becomes running again for the sessions it still has; ended sessions
@@ -101,8 +102,8 @@ def resume_run(conn: Connection, *, run_id: int, now: datetime) -> list[lifecycl
     """
     if _status(conn, run_id) in (RunStatus.finished.value, RunStatus.stopped.value):
         raise InputError(f"run {run_id} has already finished; nothing to resume")
-    dispatches = lifecycle.reopen_run(conn, run_id=run_id, now=now)
-    return dispatches + lifecycle.take_outbox(conn, now=now, run_id=run_id)
+    dispatches = _reopen(conn, run_id=run_id, now=now)
+    return dispatches + waves.take_outbox(conn, now=now, run_id=run_id)
 
 
 def _status(conn: Connection, run_id: int) -> str:
@@ -110,3 +111,42 @@ def _status(conn: Connection, run_id: int) -> str:
     if status is None:
         raise RunNotFound(f"no run {run_id}")
     return str(status)
+
+
+def _mark_cancelled(conn: Connection, *, run_id: int, reason: str) -> None:
+    """Mark a run cancelled: no new turn or wave starts (a second cancel keeps the reason)."""
+    already = runs.c.status == RunStatus.cancelled.value
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id)
+        .values(
+            status=RunStatus.cancelled.value,
+            stop_reason=case((already, runs.c.stop_reason), else_=reason),
+        )
+    )
+
+
+def _mark_ladder_cancelled(conn: Connection, *, ladder_id: int) -> None:
+    """Mark a ladder cancelled: none of its pending runs will start."""
+    conn.execute(
+        update(ladders).where(ladders.c.id == ladder_id).values(status=RunStatus.cancelled.value)
+    )
+
+
+def _reopen(conn: Connection, *, run_id: int, now: datetime) -> list[Dispatch]:
+    """Make a cancelled run run again, and dispatch every session of it that has not ended."""
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id, runs.c.status == RunStatus.cancelled.value)
+        .values(status=RunStatus.running.value, stop_reason=None)
+    )
+    rows = conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.run_id == run_id,
+            sessions.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
+        )
+        .values(dispatched_at=now)
+        .returning(*DUE_COLUMNS)
+    ).all()
+    return [dispatch_of(row) for row in sorted(rows)]

@@ -1,7 +1,7 @@
 """A session as the turn loop reads it, and what a turn appends: events and usage.
 
 Every function takes an open :class:`~sqlalchemy.engine.Connection` inside the caller's
-transaction. State transitions live in :mod:`worker.store.lifecycle`.
+transaction. State transitions live in :mod:`worker.store.endings`.
 """
 
 from __future__ import annotations

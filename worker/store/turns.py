@@ -38,8 +38,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.selectable import CTE
 
 from worker.states import SessionStatus
-from worker.store import lifecycle
-from worker.store.lifecycle import CLAIM_TURN, Claim
+from worker.store import claims
+from worker.store.claims import CLAIM_TURN, Claim
 from worker.store.sessions import (
     RUN_TASK_COLUMNS,
     LogEntry,
@@ -108,16 +108,16 @@ def claim_turn(
 
     Returns:
         The claim and the session as the turn reads it, or None when the turn is not due
-        (see :func:`worker.store.lifecycle.claim_turn`).
+        (see :func:`worker.store.claims.lease_turn`).
     """
     if conn.dialect.name != "postgresql":
         with conn.begin():
-            claim = lifecycle.claim_turn(
+            claim = claims.lease_turn(
                 conn, session_id=session_id, turn_no=turn_no, owner=owner, now=now, ttl_s=ttl_s
             )
             return None if claim is None else (claim, load_session(conn, session_id=session_id))
     expires_at = now + timedelta(seconds=ttl_s)
-    params = lifecycle.lease_params(
+    params = claims.lease_params(
         session_id=session_id, number=turn_no, owner=owner, now=now, expires_at=expires_at
     )
     with conn.execution_options(isolation_level="AUTOCOMMIT").begin():

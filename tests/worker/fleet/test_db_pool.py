@@ -17,8 +17,8 @@ from worker.errors import TransientError
 from worker.fleet.dispatch import TURN_TASK
 from worker.fleet.runtime import Runtime
 from worker.settings import Settings
+from worker.store.claims import lease_turn
 from worker.store.engine import make_engine, pool_sizes, utcnow
-from worker.store.lifecycle import claim_turn
 from worker.store.tables import sessions
 
 pytestmark = pytest.mark.services
@@ -147,7 +147,7 @@ def test_leases_are_renewed_while_the_task_threads_hold_every_connection(
     rt = Runtime(settings=tight, engine=make_engine(tight), dispatcher=RecordingDispatcher())
     _, (sid,) = make_run(engine)
     with engine.begin() as conn:
-        claim = claim_turn(conn, session_id=sid, turn_no=0, owner=rt.owner, now=utcnow(), ttl_s=1.0)
+        claim = lease_turn(conn, session_id=sid, turn_no=0, owner=rt.owner, now=utcnow(), ttl_s=1.0)
     assert claim is not None
     held = rt.engine.connect()
     try:

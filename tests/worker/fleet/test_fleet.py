@@ -19,7 +19,7 @@ from tests.conftest import WorkerProcess
 from tests.factories import duplicates, enqueue, make_run
 from worker.fleet.dispatch import CeleryDispatcher
 from worker.settings import Settings
-from worker.store.lifecycle import Dispatch
+from worker.store.due import Dispatch
 from worker.store.tables import artifact_versions, artifacts, sessions, usage
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

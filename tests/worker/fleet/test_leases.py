@@ -10,8 +10,8 @@ from sqlalchemy import Engine, select, update
 
 from tests.factories import make_run
 from worker.fleet.runtime import Runtime
+from worker.store.claims import Claim, lease_turn
 from worker.store.engine import utcnow
-from worker.store.lifecycle import Claim, claim_turn
 from worker.store.tables import sessions
 
 pytestmark = pytest.mark.services
@@ -22,7 +22,7 @@ RENEW_JOIN_S = 20
 
 def _claim(engine: Engine, session_id: int, owner: str) -> Claim:
     with engine.begin() as conn:
-        claim = claim_turn(
+        claim = lease_turn(
             conn, session_id=session_id, turn_no=0, owner=owner, now=utcnow(), ttl_s=5.0
         )
     assert claim is not None

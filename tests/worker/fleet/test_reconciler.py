@@ -24,7 +24,7 @@ from worker.fleet.dispatch import CeleryDispatcher
 from worker.fleet.reconciler import Reconciler
 from worker.fleet.runtime import Runtime
 from worker.settings import SESSIONS_QUEUE, Settings
-from worker.store.lifecycle import Dispatch
+from worker.store.due import Dispatch
 from worker.store.tables import runs, sessions, turn_timings
 
 pytestmark = pytest.mark.services

@@ -15,7 +15,7 @@ from tests.conftest import WorkerProcess
 from tests.factories import make_run
 from worker.fleet.dispatch import CeleryDispatcher
 from worker.settings import Settings
-from worker.store.lifecycle import Dispatch
+from worker.store.due import Dispatch
 from worker.store.tables import sessions
 
 #: Seconds a whole run in these tests may take.

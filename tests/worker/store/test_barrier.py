@@ -13,9 +13,10 @@ from tests.factories import make_run, model_turn, page, run_script
 from worker.fleet.runtime import Runtime
 from worker.runs.verdicts import claim_handoff, load_handoff
 from worker.states import Outcome
+from worker.store.endings import end_session
 from worker.store.engine import utcnow
-from worker.store.lifecycle import end_session, take_outbox
 from worker.store.tables import outbox
+from worker.store.waves import take_outbox
 
 pytestmark = pytest.mark.services
 

@@ -19,9 +19,10 @@ from worker.errors import InputError
 from worker.fleet.runtime import Runtime
 from worker.runs.ladders import create_ladder
 from worker.settings import Settings
+from worker.store.claims import lease_turn
 from worker.store.control import cancel_run, resume_run
-from worker.store.lifecycle import claim_turn, take_outbox
 from worker.store.tables import ladders, runs, sessions
+from worker.store.waves import take_outbox
 
 pytestmark = pytest.mark.services
 
@@ -46,7 +47,7 @@ def test_cancel_ends_idle_sessions_now_and_lets_a_turn_in_flight_finish(runtime:
     # and wave 2 has not started
     run_id, (s0, *_) = make_run(runtime.engine, waves="2x2")
     with runtime.engine.begin() as conn:
-        claim = claim_turn(conn, session_id=s0, turn_no=0, owner="w", now=runtime.clock(), ttl_s=60)
+        claim = lease_turn(conn, session_id=s0, turn_no=0, owner="w", now=runtime.clock(), ttl_s=60)
     assert claim is not None
     # When the run is cancelled
     with runtime.engine.begin() as conn:

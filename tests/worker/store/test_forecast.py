@@ -9,10 +9,11 @@ from sqlalchemy import Engine, select
 
 from tests.factories import add_usage, make_run
 from worker.states import Outcome, RunStatus
+from worker.store.endings import end_session
 from worker.store.engine import utcnow
 from worker.store.forecast import forecast, project
-from worker.store.lifecycle import end_session, take_outbox
 from worker.store.tables import runs, sessions, waves
+from worker.store.waves import take_outbox
 
 
 def test_the_interval_narrows_as_sessions_end_and_closes_on_the_total() -> None:

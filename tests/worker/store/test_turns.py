@@ -11,8 +11,8 @@ from tests.factories import make_run
 from worker.agent.events import ModelOutput, Nudge, NudgeReason
 from worker.agent.timings import TurnTimer
 from worker.notices import user_text
+from worker.store.claims import Claim, lease_turn
 from worker.store.engine import utcnow
-from worker.store.lifecycle import Claim, claim_turn
 from worker.store.sessions import load_session, next_seq
 from worker.store.tables import events, sessions, turn_timings, usage
 from worker.store.turns import TurnRows, commit_turn, holds_lease
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.services
 
 def _claim(engine: Engine, session_id: int, owner: str, *, ttl_s: float = 30.0) -> Claim:
     with engine.begin() as conn:
-        claim = claim_turn(
+        claim = lease_turn(
             conn, session_id=session_id, turn_no=0, owner=owner, now=utcnow(), ttl_s=ttl_s
         )
     assert claim is not None
@@ -104,7 +104,7 @@ def test_a_turn_whose_lease_moved_on_writes_nothing(engine: Engine) -> None:
     stale = _claim(engine, sid, "gone:1", ttl_s=0.001)
     before = _written(engine, sid)
     with engine.begin() as conn:
-        taken = claim_turn(
+        taken = lease_turn(
             conn,
             session_id=sid,
             turn_no=0,

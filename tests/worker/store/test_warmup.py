@@ -8,10 +8,11 @@ import pytest
 from sqlalchemy import Engine, select
 
 from tests.factories import add_usage, make_run
+from worker.store.due import Dispatch, redispatch, unclaimed
 from worker.store.engine import utcnow
-from worker.store.lifecycle import Dispatch, redispatch, take_outbox, unclaimed
 from worker.store.tables import sessions
 from worker.store.warmup import release_wave
+from worker.store.waves import take_outbox
 
 pytestmark = pytest.mark.services
 

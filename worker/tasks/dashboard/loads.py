@@ -82,8 +82,6 @@ _JS_TYPES = frozenset(
 )
 #: Constructors whose first argument is fetched.
 _LOADING_CONSTRUCTORS = frozenset({"EventSource", "Worker", "SharedWorker", "Audio", "Request"})
-#: Properties whose assignment loads the value.
-_LOADING_PROPERTIES = frozenset({"src", "srcset", "poster"})
 #: Attribute names that ``setAttribute`` makes load.
 _LOADING_SET_ATTRS = frozenset({"src", "srcset", "poster", "data", "background"})
 #: First argument of ``XMLHttpRequest.open``.

@@ -46,7 +46,6 @@ Limits: an artifact may be at most 64 KB.
 """
 
 
-
 class _Briefs(Sequence[Instance]):
     """The task's cards, made as they are asked for."""
 
