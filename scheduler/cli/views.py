@@ -143,7 +143,6 @@ def status_view(
     table = Table(
         "session",
         "wave",
-        "instance",
         "persona",
         "status",
         "outcome",
@@ -151,13 +150,13 @@ def status_view(
         "versions",
         "errors",
         "cost",
+        "instance",
         box=None,
     )
     for row in session_list:
         table.add_row(
             str(row.index),
             str(row.wave),
-            row.instance,
             row.persona,
             row.status.value,
             row.outcome.value if row.outcome is not None else "-",
@@ -165,6 +164,7 @@ def status_view(
             str(row.versions),
             str(row.errors),
             f"${row.cost_usd:.4f}",
+            row.instance,
         )
     return Group(summary, waves, table)
 

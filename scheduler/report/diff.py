@@ -32,6 +32,10 @@ def _n(value: float | None) -> str:
     return "-" if value is None else f"{value:,g}"
 
 
+def _tenths(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
 #: The figures compared: JSON name, label, how to read it off a run, how it prints.
 FIGURES: tuple[tuple[str, str, Callable[[RunFigures], float | None], Callable[..., str]], ...] = (
     ("cost_usd", "cost", lambda r: r.total_usd, usd),
@@ -49,7 +53,7 @@ FIGURES: tuple[tuple[str, str, Callable[[RunFigures], float | None], Callable[..
         "turns_per_solve",
         "turns per solve",
         lambda r: r.task.turns_per_solve if r.task else None,
-        _n,
+        _tenths,
     ),
     ("sessions", "sessions", lambda r: r.sessions.total, _n),
     ("cache_share", "cache share", lambda r: r.tokens.cache_share, pct),

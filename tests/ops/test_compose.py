@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from scheduler.cli import cli
 from tests.conftest import ROOT, WorkerProcess, service_env
 from tests.ops.test_flower import FlowerProcess, _flower_env
-from worker.settings import Settings
+from worker.settings import QUEUES, Settings
 
 COMPOSE = shutil.which("docker-compose")
 needs_compose = pytest.mark.skipif(
@@ -71,14 +71,15 @@ def test_services_and_health_ordering(config: dict[str, Any]) -> None:
         "migrate",
         "sessions",
         "verify",
+        "sandbox",
         "flower",
         "scheduler",
     }
     # the scheduler service is for `docker compose run` only, never started by `up`
     assert services["scheduler"]["profiles"] == ["cli"]
-    for name in ("redis", "postgres", "sessions", "verify", "flower"):
+    for name in ("redis", "postgres", "sessions", "verify", "sandbox", "flower"):
         assert services[name]["healthcheck"]["test"], name
-    for name in ("sessions", "verify"):
+    for name in ("sessions", "verify", "sandbox"):
         deps = services[name]["depends_on"]
         assert deps["redis"]["condition"] == "service_healthy"
         assert deps["postgres"]["condition"] == "service_healthy"
@@ -100,11 +101,12 @@ def test_flower_requires_its_credentials_alone() -> None:
 def test_the_verify_worker_holds_only_its_own_role(config: dict[str, Any]) -> None:
     services = config["services"]
     verify_url = "postgresql://swarm_verify:vpw@postgres:5432/swarm"
-    # the verify worker has the verify role's URL, no owner URL and no model key
-    env = services["verify"]["environment"]
-    assert env["SWARM_VERIFY_DATABASE_URL"] == verify_url
-    assert not {"SWARM_DATABASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"} & set(env)
-    assert not any("pw-for-test" in str(value) for value in env.values())
+    # the verify and sandbox workers have the verify role's URL, no owner URL, no model key
+    for name in ("verify", "sandbox"):
+        env = services[name]["environment"]
+        assert env["SWARM_VERIFY_DATABASE_URL"] == verify_url
+        assert not {"SWARM_DATABASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"} & set(env)
+        assert not any("pw-for-test" in str(value) for value in env.values())
     # the migration gives that role its password; the session workers keep the owner's
     assert services["migrate"]["environment"]["SWARM_VERIFY_DATABASE_URL"] == verify_url
     assert "swarm:pw-for-test@" in services["sessions"]["environment"]["SWARM_DATABASE_URL"]
@@ -169,7 +171,7 @@ def test_every_project_command_exists(config: dict[str, Any]) -> None:
             assert result_w.returncode == 0, (command, result_w.stderr[-2000:])
             assert "--concurrency" in result_w.stdout
             queues = command[command.index("-Q") + 1].split(",")
-            assert set(queues) <= {"sessions", "verify"}
+            assert set(queues) <= set(QUEUES)
         else:
             assert command[:3] == ["celery", "-A", "worker"], command
             sub = command[3]
@@ -184,7 +186,7 @@ def test_every_project_command_exists(config: dict[str, Any]) -> None:
             assert result_p.returncode == 0, (command, result_p.stderr[-2000:])
             if sub == "worker":
                 queues = command[command.index("-Q") + 1].split(",")
-                assert set(queues) <= {"sessions", "verify"}
+                assert set(queues) <= set(QUEUES)
 
 
 # Each healthcheck runs here exactly as compose runs it in its container: the same argv,
@@ -233,7 +235,14 @@ def _run_check(
 
 
 def test_every_healthcheck_is_exercised() -> None:
-    assert set(_healthchecks()) == {"redis", "postgres", "sessions", "verify", "flower"}
+    assert set(_healthchecks()) == {
+        "redis",
+        "postgres",
+        "sessions",
+        "verify",
+        "sandbox",
+        "flower",
+    }
 
 
 @pytest.fixture
@@ -263,8 +272,8 @@ def test_worker_healthchecks_pass_only_against_their_worker(
     # Given no verify worker, Then the verify healthcheck fails
     assert _run_check(_argv(checks["verify"]), env).returncode != 0
     # Given the sessions and verify workers started as compose starts them
-    workers = {name: compose_worker(name) for name in ("sessions", "verify")}
-    for name in ("sessions", "verify"):
+    workers = {name: compose_worker(name) for name in ("sessions", "verify", "sandbox")}
+    for name in ("sessions", "verify", "sandbox"):
         # When compose runs each healthcheck, Then it passes
         result = _run_check(_argv(checks[name]), env)
         assert result.returncode == 0, (name, result.stdout, result.stderr)

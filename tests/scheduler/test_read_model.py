@@ -77,10 +77,14 @@ def test_status_and_report_read_the_same_figures(sqlite: tuple[Settings, Engine]
     assert as_status == as_report == jsonable(figures)
     assert as_status["sessions"]["succeeded"] == 1 and as_status["status"] == "running"
     assert as_status["waves"][0]["status"] == "running"
-    # and the text view shows the counts by state
-    text = CliRunner().invoke(cli, [*url, "status", "--sessions"], catch_exceptions=False)
+    # and the text view, on a terminal wide enough for it, shows the counts by state and
+    # each session with its instance
+    text = CliRunner().invoke(
+        cli, [*url, "status", "--sessions"], catch_exceptions=False, env={"COLUMNS": "140"}
+    )
     assert "4 total: 1 succeeded, 1 stopped, 1 error, 1 pending" in text.output
-    assert "succeeded  verified" in text.output and " 2     pending " in text.output
+    assert "succeeded  verified" in text.output and " 2     diligent  pending " in text.output
+    assert "card-3" in text.output
 
 
 def test_jsonable_writes_enum_values_and_iso_times() -> None:
