@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 from sqlalchemy import Engine, func, select
 
 from scheduler.cli import commands
-from scheduler.cli.follow import Claims, _StallWatch
+from scheduler.cli.follow import _StallWatch
 from scheduler.cli.services import (
     EXIT_NO_WORKER,
     EXIT_NOT_DISPATCHED,
@@ -31,6 +31,7 @@ from scheduler.cli.services import (
     OperatorError,
 )
 from tests.conftest import PG_ADMIN_URL, ROOT, WorkerProcess
+from worker.reads.progress import Claims
 from worker.settings import Settings
 from worker.store.engine import make_engine
 from worker.store.tables import runs, sessions

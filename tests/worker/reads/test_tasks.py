@@ -64,7 +64,7 @@ def test_status_report_and_diff_give_the_task_figures(settings: Settings, engine
     assert task.pass_rate == pytest.approx(2 / 6)
     # pass@1 averages 2/3 and 0; pass@2 averages 1 - C(1,2)/C(3,2) = 1 and 0
     assert task.pass_at_k == pytest.approx({1: 1 / 3, 2: 0.5})
-    assert (task.solved, task.usd_per_solved) == (1, pytest.approx(6.0))
+    assert task.solved == 1 and task.usd_per_solved == pytest.approx(6.0)
     # And status --json, report and diff show them
     url = ["--database-url", settings.database_url]
     status = json.loads(CliRunner().invoke(cli, [*url, "status", str(run_id), "--json"]).output)
