@@ -31,10 +31,13 @@ Every way a session ends early is a :class:`SessionStopped` carrying a
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from worker.states import Outcome
+
+if TYPE_CHECKING:
+    from worker.models.base import TokenUsage
 
 
 class SwarmError(Exception):
@@ -133,7 +136,15 @@ class VerifierUnavailable(TransientError):
 
 
 class ModelFatal(SwarmError):
-    """The provider rejected the request and retrying would not help."""
+    """The provider rejected the request and retrying would not help.
+
+    ``usage`` is what the provider billed for it anyway (a blocked prompt reports its
+    tokens), if it said.
+    """
+
+    def __init__(self, message: str, *, usage: TokenUsage | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage
 
 
 class CacheNotFound(ModelFatal):
@@ -171,11 +182,16 @@ class ToolError(SwarmError):
 
 
 class SessionStopped(SwarmError):
-    """The session must end now; ``outcome`` says why, and so which status it ends in."""
+    """The session must end now; ``outcome`` says why, and so which status it ends in.
 
-    def __init__(self, message: str, *, outcome: Outcome) -> None:
+    ``billed`` is the usage of a model call the turn made before it stopped (a refusal the
+    provider bills), recorded with the ending.
+    """
+
+    def __init__(self, message: str, *, outcome: Outcome, billed: TokenUsage | None = None) -> None:
         super().__init__(message)
         self.outcome = outcome
+        self.billed = billed
 
 
 class LimitExceeded(SessionStopped):
@@ -191,6 +207,7 @@ class ModelPaused(SessionStopped):
     """The model is paused fleet-wide until ``until`` (UTC): sessions stop, never retry."""
 
     def __init__(self, *, model: str, until: datetime, reason: str) -> None:
+        until = until.astimezone(UTC)
         super().__init__(
             f"{model} paused until {until:%Y-%m-%d %H:%M:%S}Z: {reason}", outcome=Outcome.quota
         )

@@ -130,7 +130,7 @@ def _run_turn(
         try:
             outcome, calls = _play(rt, claim, loaded, ledger, retries=retries, model=model)
         except SessionStopped as stop:
-            return _end(rt, claim, stop)
+            return _end(rt, claim, stop, view=view, ledger=ledger)
     # Celery logs each task at INFO and the timing ledger keeps the figures: at hundreds of
     # threads this line's handler lock cost about 3% of the worker's CPU.
     logger.debug(
@@ -289,7 +289,9 @@ def _generate(
                 outcome=Outcome.retries_exhausted,
             ) from exc
         _retry_later(rt, claim, exc, retries)
-    except (ModelFatal, ConfigError) as exc:
+    except ModelFatal as exc:
+        raise SessionStopped(str(exc), outcome=Outcome.model_error, billed=exc.usage) from exc
+    except ConfigError as exc:
         raise SessionStopped(str(exc), outcome=Outcome.model_error) from exc
 
 
@@ -442,8 +444,18 @@ def run_call(call: FunctionCall, ctx: ToolContext) -> ToolResult | ToolFailure:
     return ToolResult(call.name, call.id, output, progress=ctx.progress)
 
 
-def _end(rt: Runtime, claim: claims.Claim, stop: SessionStopped) -> TurnOutcome:
-    """End the session as ``stop`` says, if this worker still holds its lease."""
+def _end(
+    rt: Runtime,
+    claim: claims.Claim,
+    stop: SessionStopped,
+    *,
+    view: sessions.SessionView,
+    ledger: _Ledger,
+) -> TurnOutcome:
+    """End the session as ``stop`` says, if this worker still holds its lease.
+
+    A model call the turn was billed for (``stop.billed``) is recorded with the ending.
+    """
     outcome, error = stop.outcome, str(stop)
     with rt.engine.begin() as conn:
         ended = endings.end_session(
@@ -462,6 +474,16 @@ def _end(rt: Runtime, claim: claims.Claim, stop: SessionStopped) -> TurnOutcome:
                 items=[Ended(outcome.status.value, outcome.value, error)],
                 now=rt.clock(),
             )
+            if stop.billed is not None:
+                cost_usd = rt.prices.cost_usd(view.model, stop.billed)
+                sessions.add_usage(
+                    conn,
+                    session_id=claim.session_id,
+                    run_id=view.run_id,
+                    turn_no=claim.turn_no,
+                    values=_usage_row(rt, view.model, stop.billed, cost_usd, ledger.timer),
+                    now=rt.clock(),
+                )
             if isinstance(stop, LimitExceeded) and outcome is Outcome.budget:
                 reason = f"budget: spent ${stop.value:.4f} of ${stop.limit:.4f}"
                 endings.record_run_stop(conn, session_id=claim.session_id, reason=reason)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
@@ -225,7 +225,8 @@ class GeminiModel:
                 quota="day",
             )
         if error.quota == "day":
-            until = quota_reset(datetime.now(QUOTA_ZONE))
+            # Reset at midnight Pacific, kept in UTC like every time of the program.
+            until = quota_reset(datetime.now(QUOTA_ZONE)).astimezone(UTC)
             try:
                 self.limiter.pause(model, until=until, reason=str(error))
             except LimiterUnavailable:
@@ -273,6 +274,15 @@ class CachedPrefix:
     name: str
     tokens: int
     expires_at: datetime | None
+    created_at: datetime | None = None
+    """When the API says it made it (its clock, which may not be ours)."""
+
+    @property
+    def lifetime_s(self) -> float | None:
+        """How long the API keeps it, by the API's own clock; None when it does not say."""
+        if self.expires_at is None or self.created_at is None:
+            return None
+        return (self.expires_at - self.created_at).total_seconds()
 
 
 def create_cache(
@@ -305,7 +315,8 @@ def create_cache(
     if not cache.name:
         raise ModelFatal("the API created a cache without a name")
     meta = cache.usage_metadata
-    return CachedPrefix(cache.name, (meta.total_token_count or 0) if meta else 0, cache.expire_time)
+    tokens = (meta.total_token_count or 0) if meta else 0
+    return CachedPrefix(cache.name, tokens, cache.expire_time, cache.create_time)
 
 
 def delete_cache(client: genai.Client, name: str) -> None:
@@ -332,7 +343,11 @@ def to_turn(response: types.GenerateContentResponse) -> ModelTurn:
     if candidate is None:
         feedback = response.prompt_feedback
         reason = feedback.block_reason if feedback else None
-        raise ModelFatal(f"the API returned no candidate (block reason: {reason})")
+        # A blocked prompt is billed: its usage goes with the refusal.
+        raise ModelFatal(
+            f"the API returned no candidate (block reason: {reason})",
+            usage=usage_of(response.usage_metadata),
+        )
     finish = candidate.finish_reason.value if candidate.finish_reason else "STOP"
     if candidate.content and candidate.content.parts:
         content = candidate.content.model_dump(mode="json", exclude_none=True)
