@@ -50,6 +50,10 @@ _BROKER_URL_EXAMPLES = (
 )
 
 
+#: An explicit cache this close to its expiry counts as gone: a request naming it could
+#: outlive it. A run's cache must live longer than this.
+CACHE_EXPIRY_MARGIN_S = 120.0
+
 #: Frames per second a page's own animation loop must reach, unless told otherwise.
 DEFAULT_VERIFY_MIN_FPS = 30.0
 
@@ -245,6 +249,17 @@ class Settings(BaseSettings):
         if self.verify_database_url and "database_url" not in self.model_fields_set:
             self.database_url = self.verify_database_url
         return self
+
+    @field_validator("cache_ttl_s")
+    @classmethod
+    def _cache_outlives_its_margin(cls, value: float) -> float:
+        """A cache that lives no longer than the expiry margin could never be named."""
+        if value <= CACHE_EXPIRY_MARGIN_S:
+            raise ValueError(
+                f"must be more than {CACHE_EXPIRY_MARGIN_S:g} s, the margin within which a "
+                "cache counts as expired"
+            )
+        return value
 
     @model_validator(mode="after")
     def _renewals_fit_in_a_lease(self) -> Settings:

@@ -149,3 +149,78 @@ def test_a_cache_past_its_expiry_is_made_again_before_any_request_names_it(
     assert fake.caches.created == 2
     assert [s.status for s in fake.served] == [200, 200]
     assert _names(engine, run_id) == [first, name]
+
+
+def _short_lived(engine: Engine, fake: FakeGemini, run_id: int, clock: Clock) -> GeminiModel:
+    """A provider whose caches the API keeps for 60 s, inside the expiry margin."""
+    model = _provider(engine, fake, run_id, clock)
+    assert model.cache is not None
+    make = model.cache.create
+
+    def create(request: ModelRequest, display_name: str) -> CachedPrefix:
+        made = make(request, display_name)
+        assert made.created_at is not None
+        return CachedPrefix(
+            made.name, made.tokens, made.created_at + timedelta(seconds=60), made.created_at
+        )
+
+    model.cache.create = create
+    return model
+
+
+def test_a_cache_made_to_expire_within_the_margin_is_never_named(
+    engine: Engine, fake_gemini: Callable[..., FakeGemini]
+) -> None:
+    # Given a run whose provider keeps its caches for less than the margin
+    fake = fake_gemini()
+    run_id, _ = make_run(engine, model=MODEL, cache="explicit")
+    clock = Clock()
+    model = _short_lived(engine, fake, run_id, clock)
+    # When three turns are called
+    turns = [model.generate(_request(model=MODEL)) for _ in range(3)]
+    # Then each went through with its prefix, none named the cache, and only one was made
+    assert all(t.content["parts"] for t in turns)
+    assert [s.cache for s in fake.served] == [None, None, None]
+    assert len(_names(engine, run_id)) == 1
+
+
+def test_a_skewed_clock_keeps_the_cache_the_api_made(
+    engine: Engine, fake_gemini: Callable[..., FakeGemini]
+) -> None:
+    # Given a worker whose clock runs 58 minutes ahead of the API's (a cache of an hour
+    # would look two minutes from its end by the API's expireTime)
+    fake = fake_gemini()
+    run_id, _ = make_run(engine, model=MODEL, cache="explicit")
+    clock = Clock()
+    clock.shift = timedelta(minutes=58)
+    model = _provider(engine, fake, run_id, clock)
+    # When two turns are called
+    for _ in range(2):
+        model.generate(_request(model=MODEL))
+    # Then both named the one cache, whose expiry is an hour on this worker's clock
+    names = _names(engine, run_id)
+    assert len(names) == 1 and [s.cache for s in fake.served] == names * 2
+    _, expires_at, _ = _row(engine, run_id)
+    assert expires_at is not None and expires_at - clock() > timedelta(minutes=59)
+
+
+def test_a_cache_ttl_within_the_margin_is_refused_at_start_up() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from worker.settings import Settings
+
+    with pytest.raises(ValueError, match="must be more than 120 s"):
+        Settings(cache_ttl_s=60)
+    started = subprocess.run(
+        [sys.executable, "-m", "worker", "-Q", "sessions"],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "SWARM_CACHE_TTL_S": "60"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode != 0
+    assert started.stderr.strip().splitlines()[-1].startswith("error: SWARM_CACHE_TTL_S: must")
+    assert "Traceback" not in started.stderr

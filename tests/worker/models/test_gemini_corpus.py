@@ -12,7 +12,8 @@ import base64
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from google import genai
@@ -274,3 +275,19 @@ def test_server_errors_are_transient(name: str) -> None:
     error, _ = _failure(name)
     assert type(error) is ModelUnavailable
     assert str(load(name).status) in str(error)
+
+
+def test_a_daily_quota_pause_ends_at_pacific_midnight_written_in_utc() -> None:
+    # Given the API's per-day 429, When a session's call meets it
+    error, model = _failure("429_per_day_retry_in")
+    assert isinstance(error, ModelPaused)
+    # Then the pause ends at the next midnight in the quota's time zone, held in UTC
+    zone = ZoneInfo("America/Los_Angeles")
+    local = datetime.now(zone)
+    midnight = (local + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    want = midnight.astimezone(UTC)
+    assert error.until == want and error.until.utcoffset() == timedelta(0)
+    # and the session's record says that instant with its Z, as the fleet's pause does
+    assert f"paused until {want:%Y-%m-%d %H:%M:%S}Z" in str(error)
+    paused = model.limiter.state("gemini-2.5-flash").paused
+    assert paused is not None and paused.until == want

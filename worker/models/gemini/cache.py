@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from worker.errors import SwarmError
 from worker.models.base import ModelRequest
+from worker.settings import CACHE_EXPIRY_MARGIN_S
 from worker.store.tables import caches, runs
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: A cache this close to its expiry is treated as gone: a request naming it could outlive it.
-EXPIRY_MARGIN_S = 120.0
+EXPIRY_MARGIN_S = CACHE_EXPIRY_MARGIN_S
 
 
 class RunCache:
@@ -54,8 +55,17 @@ class RunCache:
         self.create = create
         self.clock = clock
 
-    def name_for(self, request: ModelRequest) -> str:
+    def name_for(self, request: ModelRequest) -> str | None:
         """The name of the run's cache, created at the provider by the first turn that asks.
+
+        A cache the provider keeps no longer than the expiry margin could never be named
+        safely: it is recorded (it is billed), no request names it, and the run sends its
+        prefix with every request from then on, rather than make one cache a turn. Expiry is
+        kept in this clock: the cache's lifetime by the provider's clock, from now, so a
+        skewed clock does not shorten it.
+
+        Returns:
+            The cache's name, or None when the run's prefix goes with each request.
 
         Raises:
             ModelUnavailable: the provider failed for now (the turn is retried).
@@ -63,6 +73,8 @@ class RunCache:
         """
         with self.engine.connect() as conn:
             name = _live(conn, self.run_id, self.clock())
+            if name is None and _too_short(conn, self.run_id):
+                return None
         if name is not None:
             return name
         with self.engine.begin() as conn:
@@ -73,18 +85,38 @@ class RunCache:
             name = _live(conn, self.run_id, now)
             if name is not None:
                 return name
+            if _too_short(conn, self.run_id):
+                return None
             created = self.create(request, f"swarm run {self.run_id}")
+            lifetime_s = created.lifetime_s
+            expires_at = (
+                now + timedelta(seconds=lifetime_s)
+                if lifetime_s is not None
+                else created.expires_at
+            )
             values = {
                 "model": request.model,
                 "name": created.name,
                 "tokens": created.tokens,
                 "created_at": now,
-                "expires_at": created.expires_at,
+                "expires_at": expires_at,
                 "deleted_at": None,
             }
             # A cache made again after the last one expired or vanished gets a row of its
             # own: the storage of every cache the run paid for is counted.
             conn.execute(insert(caches).values(run_id=self.run_id, **values))
+        if expires_at is not None and expires_at <= now + timedelta(seconds=EXPIRY_MARGIN_S):
+            logger.warning(
+                "run %s: cache %s lives %s, within the %.0f s margin: the run sends its prefix "
+                "with each request instead",
+                self.run_id,
+                created.name,
+                "past its expiry"
+                if expires_at <= now
+                else f"{(expires_at - now).total_seconds():.0f} s",
+                EXPIRY_MARGIN_S,
+            )
+            return None
         logger.info(
             "run %s: cached its prefix as %s (%d tokens)", self.run_id, created.name, created.tokens
         )
@@ -120,6 +152,19 @@ def _live(conn: Connection, run_id: int, now: datetime) -> str | None:
         )
         .order_by(caches.c.id.desc())
     ).scalar()
+
+
+def _too_short(conn: Connection, run_id: int) -> bool:
+    """True when the run's last cache was made to live no longer than the margin."""
+    last = conn.execute(
+        select(caches.c.created_at, caches.c.expires_at)
+        .where(caches.c.run_id == run_id)
+        .order_by(caches.c.id.desc())
+        .limit(1)
+    ).first()
+    if last is None or last.expires_at is None:
+        return False
+    return bool((last.expires_at - last.created_at).total_seconds() <= EXPIRY_MARGIN_S)
 
 
 def drop_ended(engine: Engine, *, delete: Callable[[str], None], now: datetime) -> int:
