@@ -368,9 +368,13 @@ def _handler(fake: FakeGemini) -> type[BaseHTTPRequestHandler]:
                 except wire.BadRequest as exc:
                     self._json(400, wire.error_body(400, "INVALID_ARGUMENT", str(exc)))
                 return
-            status, out, fault = fake.answer(
-                match.group(2), body, api_key=api_key, forced=self.headers.get(FAULT_HEADER)
-            )
+            forced = self.headers.get(FAULT_HEADER)
+            if forced and forced not in {f.value for f in Fault}:
+                known = ", ".join(f.value for f in Fault)
+                message = f"unknown {FAULT_HEADER} {forced!r}; the faults are: {known}"
+                self._json(400, wire.error_body(400, "INVALID_ARGUMENT", message))
+                return
+            status, out, fault = fake.answer(match.group(2), body, api_key=api_key, forced=forced)
             if fault is Fault.hang:
                 fake._stopping.wait(fake.hang_s)
                 self.close_connection = True

@@ -253,3 +253,21 @@ def test_a_missing_or_expired_cache_is_a_403_as_recorded(
     assert status == 403
     assert out == load("403_cache_not_found").body
     assert len(fake.caches) == 0
+
+
+def test_an_unknown_fault_header_is_a_400_naming_the_faults_it_knows(
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
+    # When a request asks for a fault the fake does not have
+    fake = fake_gemini(latency_ms=0)
+    got, out = _post(
+        f"{fake.url}/v1beta/models/gemini-2.5-flash:generateContent",
+        _body(),
+        headers={FAULT_HEADER: "tea-pot"},
+    )
+    # Then it is answered, 400, with every fault it knows, and the connection stays good
+    assert (got, out["error"]["status"]) == (400, "INVALID_ARGUMENT")
+    message = out["error"]["message"]
+    assert "'tea-pot'" in message and "429-day" in message and "hang" in message
+    again, _ = _post(f"{fake.url}/v1beta/models/gemini-2.5-flash:generateContent", _body())
+    assert again == 200
