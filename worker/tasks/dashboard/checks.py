@@ -5,19 +5,22 @@ common ways a first draft goes wrong (too big, no 2D canvas, no animation loop, 
 loaded from the network). Every :class:`Check` carries a ``detail`` sentence that is shown
 to the agent as a repair hint, so it says what was found and what to do instead.
 
-``no_external_url`` looks for what the page would load (see :mod:`worker.tasks.dashboard.loads`),
-not for URL-looking text: a credit link, a URL in a comment or in a string that nothing loads
-is no failure. The browser, with the network cut, has the final word on what is requested.
+``canvas_2d`` and ``raf_loop`` read the page's code, not its text
+(:mod:`worker.tasks.dashboard.code`): a comment or a string that names them is no canvas and
+no loop. ``no_external_url`` looks for what the page would load (see
+:mod:`worker.tasks.dashboard.loads`), not for URL-looking text: a credit link, a URL in a
+comment or in a string that nothing loads is no failure. The browser, with the network cut,
+has the final word on what is requested.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 from collections import OrderedDict
 
 from worker.tasks.base import Check, passed
+from worker.tasks.dashboard.code import PageCode, page_code
 from worker.tasks.dashboard.loads import network_loads
 
 __all__ = ["DEFAULT_MAX_BYTES", "Check", "passed", "static_checks"]
@@ -30,16 +33,6 @@ MAX_REPORTED_URLS = 20
 MAX_SNIPPET_CHARS = 120
 #: Pages whose checks a process remembers (a few hundred bytes each).
 RECENT_PAGES = 512
-
-# `getContext('2d')` with any quote style and any whitespace inside the call.
-_CONTEXT_2D_RE = re.compile(r"""getContext\s*\(\s*(['"`])2d\1""")
-# A <canvas> tag in the markup, or one created from script.
-_CANVAS_RE = re.compile(r"""<canvas\b|createElement\s*\(\s*(['"`])canvas\1\s*\)""", re.I)
-# The animation loop; setInterval/setTimeout loops are what this check is meant to refuse.
-# The name's leading word boundary is checked apart (see _names_raf): a pattern that starts
-# with the name jumps from one occurrence to the next, one that starts with ``\b`` is tried
-# at every position of the page (0.3 ms for 20 KB against 0.007).
-_RAF_RE = re.compile(r"requestAnimationFrame\b")
 
 
 _recent: OrderedDict[tuple[bytes, int], tuple[Check, ...]] = OrderedDict()
@@ -67,10 +60,11 @@ def static_checks(html: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Chec
         if found is not None:
             _recent.move_to_end(key)
             return list(found)
+    code = page_code(html)
     checks = (
         _check_size(html, max_bytes),
-        _check_canvas_2d(html),
-        _check_raf_loop(html),
+        _check_canvas_2d(code),
+        _check_raf_loop(code),
         _check_no_external_url(html),
     )
     with _recent_lock:
@@ -94,17 +88,18 @@ def _check_size(html: str, max_bytes: int) -> Check:
     return Check("size", 0 < size <= max_bytes, size, detail)
 
 
-def _check_canvas_2d(html: str) -> Check:
-    has_context = _CONTEXT_2D_RE.search(html) is not None
-    has_canvas = _CANVAS_RE.search(html) is not None
+def _check_canvas_2d(code: PageCode) -> Check:
     problems = []
-    if not has_canvas:
+    if not code.canvas:
         problems.append(
             "no <canvas> element was found (add one to the markup or create it with "
             "document.createElement('canvas'))"
         )
-    if not has_context:
-        problems.append("no getContext('2d') call was found (draw through canvas.getContext('2d'))")
+    if not code.context_2d:
+        problems.append(
+            "no getContext('2d') call was found in the page's code (draw through "
+            "canvas.getContext('2d'); a comment or a string does not count)"
+        )
     if problems:
         detail = "The page does not draw on a 2D canvas: " + "; ".join(problems) + "."
     else:
@@ -112,22 +107,15 @@ def _check_canvas_2d(html: str) -> Check:
     return Check("canvas_2d", not problems, not problems, detail)
 
 
-def _names_raf(html: str) -> bool:
-    """True when ``html`` has ``requestAnimationFrame`` as a word of its own."""
-    return any(
-        (start := m.start()) == 0 or not (html[start - 1].isalnum() or html[start - 1] == "_")
-        for m in _RAF_RE.finditer(html)
-    )
-
-
-def _check_raf_loop(html: str) -> Check:
-    found = _names_raf(html)
+def _check_raf_loop(code: PageCode) -> Check:
+    found = code.animation_frame
     if found:
         detail = "The page animates with requestAnimationFrame."
     else:
         detail = (
-            "No requestAnimationFrame call was found; drive drawing with a "
-            "requestAnimationFrame loop instead of setInterval, setTimeout or a single draw."
+            "No requestAnimationFrame call was found in the page's code (a comment or a "
+            "string does not count); drive drawing with a requestAnimationFrame loop instead "
+            "of setInterval, setTimeout or a single draw."
         )
     return Check("raf_loop", found, found, detail)
 

@@ -26,12 +26,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from functools import cache
 from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 
+from worker.tasks.dashboard.grammar import (
+    arguments,
+    called_name,
+    captures,
+    parse,
+    string_text,
+    text,
+)
+
 if TYPE_CHECKING:
-    from tree_sitter import Node, Parser, Query
+    from tree_sitter import Node
 
 __all__ = ["network_loads"]
 
@@ -234,38 +242,6 @@ def _may_load_css(css: str) -> bool:
     return any(word in lowered for word in _CSS_HINTS)
 
 
-@cache
-def _grammar(name: str) -> tuple[Parser, dict[str, Query]]:
-    # Imported with the first page parsed, not with this module: every worker imports the
-    # checks, and one that never judges a page need not load the grammars.
-    import tree_sitter_css
-    import tree_sitter_javascript
-    from tree_sitter import Language, Parser, Query
-
-    module = tree_sitter_css if name == "css" else tree_sitter_javascript
-    language = Language(module.language())
-    queries = {q: Query(language, _QUERIES[q]) for q in _QUERIES if q.startswith(name)}
-    return Parser(language), queries
-
-
-def _parse(name: str, source: str) -> Node:
-    parser, _ = _grammar(name)
-    return parser.parse(source.encode("utf-8")).root_node
-
-
-def _captures(name: str, query: str, root: Node) -> dict[str, list[Node]]:
-    """The nodes under ``root`` that one of the grammar's queries captures, by capture name,
-    each list in document order (the query engine's own order varies from call to call)."""
-    from tree_sitter import QueryCursor
-
-    found = QueryCursor(_grammar(name)[1][query]).captures(root)
-    return {key: sorted(nodes, key=lambda n: n.start_byte) for key, nodes in found.items()}
-
-
-def _text(node: Node | None) -> str:
-    return node.text.decode("utf-8", "replace") if node is not None and node.text else ""
-
-
 # --- CSS -----------------------------------------------------------------------------------
 
 
@@ -273,16 +249,16 @@ def _css_loads(css: str, *, declarations: bool) -> Iterator[str]:
     """Remote ``url()``, ``image-set()`` and ``@import`` targets of a stylesheet or style."""
     if not _may_load_css(css):
         return
-    nodes = _captures("css", "css", _parse("css", f"a{{{css}}}" if declarations else css))
+    nodes = captures("css", _QUERIES["css"], parse("css", f"a{{{css}}}" if declarations else css))
     for node in nodes.get("import", []):
         yield from _remote([_css_string(c) for c in node.named_children])
     for node in nodes.get("call", []):
-        name = next((_text(c) for c in node.children if c.type == "function_name"), "").lower()
+        name = next((text(c) for c in node.children if c.type == "function_name"), "").lower()
         arguments = next((c for c in node.named_children if c.type == "arguments"), None)
         if arguments is None:
             continue
         if name == "url":
-            yield from _remote([_text(arguments)[1:-1].strip().strip("'\"")])
+            yield from _remote([text(arguments)[1:-1].strip().strip("'\"")])
         elif name in ("image-set", "-webkit-image-set"):
             yield from _remote([_css_string(c) for c in arguments.named_children])
 
@@ -290,7 +266,7 @@ def _css_loads(css: str, *, declarations: bool) -> Iterator[str]:
 def _css_string(node: Node) -> str:
     if node.type != "string_value":
         return ""
-    return "".join(_text(c) for c in node.named_children if c.type == "string_content")
+    return "".join(text(c) for c in node.named_children if c.type == "string_content")
 
 
 def _remote(targets: list[str]) -> Iterator[str]:
@@ -306,8 +282,8 @@ def _js_loads(source: str, *, depth: int) -> Iterator[str]:
     """Remote targets of the script's loading calls, and of markup or CSS in its strings."""
     if not _may_load_js(source):
         return
-    root = _parse("js", source)
-    nodes = _captures("js", "js", root)
+    root = parse("js", source)
+    nodes = captures("js", _QUERIES["js"], root)
     bindings = _Bindings(root)
     for node in nodes.get("call", []):
         yield from _call_loads(node, bindings)
@@ -319,7 +295,7 @@ def _js_loads(source: str, *, depth: int) -> Iterator[str]:
         yield from _remote(_leading(node.child_by_field_name("right"), bindings))
     if depth < _MAX_DEPTH:
         for node in nodes.get("string", []):
-            yield from _embedded_loads(_string_text(node), depth=depth + 1)
+            yield from _embedded_loads(string_text(node), depth=depth + 1)
 
 
 class _Bindings:
@@ -332,60 +308,35 @@ class _Bindings:
 
     def get(self, name: str, default: list[str]) -> list[str]:
         if self._names is None:
-            binds = _captures("js", "js_bindings", self._root).get("bind", [])
+            binds = captures("js", _QUERIES["js_bindings"], self._root).get("bind", [])
             self._names = _string_bindings(binds)
         return self._names.get(name, default)
 
 
 def _call_loads(node: Node, bindings: _Bindings) -> Iterator[str]:
     function = node.child_by_field_name("function")
-    args = _arguments(node)
-    name = _property(function) if function is not None else ""
+    args = arguments(node)
+    name = called_name(function) if function is not None else ""
     if (function is not None and function.type == "import") or name in ("fetch", "importScripts"):
         for arg in args if name == "importScripts" else args[:1]:
             yield from _remote(_leading(arg, bindings))
-    elif name == "open" and len(args) >= 2 and _HTTP_METHOD_RE.match(_string_text(args[0])):
+    elif name == "open" and len(args) >= 2 and _HTTP_METHOD_RE.match(string_text(args[0])):
         yield from _remote(_leading(args[1], bindings))
     elif name == "setAttribute" and len(args) >= 2:
-        if _string_text(args[0]).lower() in _LOADING_SET_ATTRS:
+        if string_text(args[0]).lower() in _LOADING_SET_ATTRS:
             yield from _remote(_leading(args[1], bindings))
     elif name == "sendBeacon":
-        yield _text(node)
+        yield text(node)
 
 
 def _new_loads(node: Node, bindings: _Bindings) -> Iterator[str]:
-    name = _property(node.child_by_field_name("constructor"))
-    args = _arguments(node)
+    name = called_name(node.child_by_field_name("constructor"))
+    args = arguments(node)
     if name == "WebSocket":
         urls = list(_remote(_leading(args[0], bindings))) if args else []
-        yield from urls or [_text(node)]
+        yield from urls or [text(node)]
     elif name in _LOADING_CONSTRUCTORS and args:
         yield from _remote(_leading(args[0], bindings))
-
-
-def _arguments(node: Node) -> list[Node]:
-    args = node.child_by_field_name("arguments")
-    return [a for a in args.named_children if a.type != "comment"] if args is not None else []
-
-
-def _property(node: Node | None) -> str:
-    """The called or assigned name: ``fetch`` of ``window.fetch``, ``src`` of ``img.src``."""
-    if node is None:
-        return ""
-    if node.type == "identifier":
-        return _text(node)
-    if node.type == "member_expression":
-        return _text(node.child_by_field_name("property"))
-    return ""
-
-
-def _string_text(node: Node) -> str:
-    """A string literal's text, or a template's with each ``${...}`` left as is."""
-    if node.type == "string":
-        return "".join(_text(c) for c in node.named_children)
-    if node.type == "template_string":
-        return _text(node)[1:-1]
-    return ""
 
 
 def _leading(node: Node | None, bindings: Mapping[str, list[str]] | _Bindings) -> list[str]:
@@ -393,7 +344,7 @@ def _leading(node: Node | None, bindings: Mapping[str, list[str]] | _Bindings) -
     if node is None:
         return []
     if node.type in ("string", "template_string"):
-        return [_string_text(node)]
+        return [string_text(node)]
     if node.type == "binary_expression":
         return _leading(node.child_by_field_name("left"), bindings)
     if node.type == "parenthesized_expression":
@@ -404,7 +355,7 @@ def _leading(node: Node | None, bindings: Mapping[str, list[str]] | _Bindings) -
             *_leading(node.child_by_field_name("alternative"), bindings),
         ]
     if node.type == "identifier":
-        return bindings.get(_text(node), [])
+        return bindings.get(text(node), [])
     return []
 
 
@@ -419,7 +370,7 @@ def _string_bindings(nodes: list[Node]) -> dict[str, list[str]]:
         else:
             continue
         if name is not None and name.type == "identifier":
-            bindings.setdefault(_text(name), []).extend(_leading(value, {}))
+            bindings.setdefault(text(name), []).extend(_leading(value, {}))
     return bindings
 
 

@@ -83,7 +83,7 @@ def test_inert_code_is_never_parsed(script: str, monkeypatch: pytest.MonkeyPatch
     def no_parse(name: str, source: str) -> None:
         raise AssertionError(f"parsed {source!r}")
 
-    monkeypatch.setattr(loads, "_parse", no_parse)
+    monkeypatch.setattr(loads, "parse", no_parse)
     # When it is scanned
     found = loads.network_loads(f"<script>{script}</script><div style='color: red'></div>")
     # Then nothing was parsed and nothing found
@@ -93,7 +93,7 @@ def test_inert_code_is_never_parsed(script: str, monkeypatch: pytest.MonkeyPatch
 def test_a_generated_dashboard_is_judged_without_a_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     # Given the pages the offline model writes (about 20 KB of markup, style and script)
     pages = [render_dashboard(seed).html for seed in range(8)]
-    monkeypatch.setattr(loads, "_parse", lambda name, source: pytest.fail("parsed"))
+    monkeypatch.setattr(loads, "parse", lambda name, source: pytest.fail("parsed"))
     # When they are scanned, then none needed a parse and none loads anything
     assert [loads.network_loads(page) for page in pages] == [[]] * len(pages)
 

@@ -1,0 +1,177 @@
+"""What a page's scripts do, read from their parse: a 2D canvas and an animation loop.
+
+A name in a comment or a string is not code. A page draws on a 2D canvas when it has a
+canvas (a ``<canvas>`` tag in its markup, in markup a script writes, or one a script makes
+with ``createElement('canvas')``) and a script calls ``getContext('2d')`` (the argument a
+literal, or a name bound to one). It runs an animation loop when ``requestAnimationFrame``
+is named in its code: called, or handed on (``const tick = requestAnimationFrame``). The
+markup is read with :class:`html.parser.HTMLParser` and the scripts with tree-sitter, as the
+load analysis reads them (:mod:`worker.tasks.dashboard.loads`); a script that names none of
+these words is not parsed at all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import TYPE_CHECKING
+
+from worker.tasks.dashboard.grammar import arguments, parse_bytes, string_text, text
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
+
+__all__ = ["PageCode", "page_code"]
+
+#: Words one of which a script must contain to be worth a parse.
+_HINTS = re.compile(r"requestAnimationFrame|getContext|createElement|<canvas", re.I)
+#: ``<script type>`` values whose text is JavaScript.
+_JS_TYPES = frozenset({"", "module", "text/javascript", "application/javascript"})
+#: How deep markup inside script strings is read.
+_MAX_DEPTH = 2
+
+
+@dataclass(frozen=True)
+class PageCode:
+    """What the page's markup and scripts were found to do."""
+
+    canvas: bool
+    """A canvas is in the markup, or a script makes one."""
+    context_2d: bool
+    """A script asks a canvas for its 2D context."""
+    animation_frame: bool
+    """A script names ``requestAnimationFrame`` in its code."""
+
+
+class _Markup(HTMLParser):
+    """Finds ``<canvas>`` tags and collects the scripts (elements and ``on*`` handlers)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.canvas = False
+        self.scripts: list[str] = []
+        self._reading: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.canvas = self.canvas or tag == "canvas"
+        values = {name: value or "" for name, value in attrs}
+        self.scripts += [v for name, v in values.items() if name.startswith("on")]
+        if tag == "script" and values.get("type", "").strip().lower() in _JS_TYPES:
+            self._reading = []
+
+    def handle_data(self, data: str) -> None:
+        if self._reading is not None:
+            self._reading.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script" and self._reading is not None:
+            self.scripts.append("".join(self._reading))
+            self._reading = None
+
+    def done(self) -> None:
+        """Keep a script left open at the end of the page, as a browser would run it."""
+        if self._reading is not None:
+            self.scripts.append("".join(self._reading))
+            self._reading = None
+
+
+def page_code(html: str) -> PageCode:
+    """Read what ``html`` draws with and how it animates."""
+    return _read(html, depth=0)
+
+
+def _read(html: str, *, depth: int) -> PageCode:
+    markup = _Markup()
+    markup.feed(html)
+    markup.close()
+    markup.done()
+    canvas, context_2d, frame = markup.canvas, False, False
+    for script in markup.scripts:
+        if not _HINTS.search(script):
+            continue
+        found = _script(script, depth=depth)
+        canvas, context_2d = canvas or found.canvas, context_2d or found.context_2d
+        frame = frame or found.animation_frame
+    return PageCode(canvas, context_2d, frame)
+
+
+def _script(source: str, *, depth: int) -> PageCode:
+    # The words are found by a scan of the text and judged by the node they fall in: a
+    # query over every identifier would test each one's text in Python.
+    data = source.encode("utf-8")
+    root = parse_bytes("js", data)
+    raf = b"requestAnimationFrame"
+    frame = any(_is_name(node, raf.decode()) for node in _at(root, data, raf))
+    canvas = context_2d = False
+    for word in (b"getContext", b"createElement"):
+        for node in _at(root, data, word):
+            if not _is_name(node, word.decode()):
+                continue
+            call = node.parent
+            if call is not None and node.type == "property_identifier":
+                call = call.parent  # the member expression's call
+            if call is None or call.type != "call_expression":
+                continue
+            args = arguments(call)
+            value = _value(args[0], root, data) if args else ""
+            if word == b"getContext" and value == "2d":
+                context_2d = True
+            elif word == b"createElement" and value.lower() == "canvas":
+                canvas = True
+    if depth < _MAX_DEPTH and not canvas:
+        for node in _at(root, data, b"<canvas", ignore_case=True):
+            string = _enclosing_string(node)
+            if string is not None and _read(string_text(string), depth=depth + 1).canvas:
+                canvas = True
+                break
+    return PageCode(canvas, context_2d, frame)
+
+
+#: The node types a name is code in (called, handed on, a property of an object).
+_NAMES = frozenset({"identifier", "property_identifier", "shorthand_property_identifier"})
+
+
+def _is_name(node: Node, name: str) -> bool:
+    """True when ``node`` is the name ``name`` in code (not a longer name, a comment, a string)."""
+    return node.type in _NAMES and text(node) == name
+
+
+def _at(root: Node, data: bytes, word: bytes, *, ignore_case: bool = False) -> list[Node]:
+    """The smallest node at each occurrence of ``word`` in the script."""
+    haystack = data.lower() if ignore_case else data
+    found, at = [], haystack.find(word)
+    while at >= 0:
+        node = root.descendant_for_byte_range(at, at + len(word))
+        if node is not None:
+            found.append(node)
+        at = haystack.find(word, at + len(word))
+    return found
+
+
+def _value(node: Node, root: Node, data: bytes) -> str:
+    """A call's argument as a string: a literal, or the literal a name is bound to."""
+    if node.type in ("string", "template_string"):
+        return string_text(node).strip()
+    if node.type != "identifier":
+        return ""
+    name = text(node).encode("utf-8")
+    for use in _at(root, data, name):
+        declarator = use.parent
+        if (
+            declarator is not None
+            and declarator.type == "variable_declarator"
+            and declarator.child_by_field_name("name") == use
+        ):
+            value = declarator.child_by_field_name("value")
+            if value is not None and value.type in ("string", "template_string"):
+                return string_text(value).strip()
+    return ""
+
+
+def _enclosing_string(node: Node | None) -> Node | None:
+    while node is not None and node.type not in ("string", "template_string"):
+        if node.type in ("comment", "program"):
+            return None
+        node = node.parent
+    return node
