@@ -141,21 +141,13 @@ def verify_handoff(
     with rt.leases.hold(session_id, handoff.epoch):
         try:
             task = _task_of(handoff)
-            submission = submission_of(task, handoff)
-            if task.verifier is VerifierKind.python:
-                verdict, method = judge_python_handoff(task, submission, rt.settings), "sandbox"
-            elif task.verifier is VerifierKind.static:
-                verdict, method = judge_static(task, submission), "static"
-            else:
-                chosen = browser() if callable(browser) else browser
-                verdict = judge(
-                    submission.content,
-                    browser=chosen,
-                    min_fps=rt.settings.verify_min_fps,
-                    retry_starved=retry_starved,
-                    static=task.static_checks(_public(submission)),
-                )
-                method = "browser" if chosen is not None else "static"
+            verdict, method = judge_submission(
+                task,
+                submission_of(task, handoff),
+                settings=rt.settings,
+                browser=browser,
+                retry_starved=retry_starved,
+            )
         except (BrowserUnavailable, SandboxUnavailable, VerifierUnavailable):
             release_handoff(rt, handoff, retry_in_s=0)
             raise
@@ -179,6 +171,35 @@ def verify_handoff(
             video_mp4=video,
         ),
     )
+
+
+def judge_submission(
+    task: Task,
+    submission: Submission,
+    *,
+    settings: Settings,
+    browser: Browser | Callable[[], Browser | None] | None,
+    retry_starved: bool = True,
+) -> tuple[Verdict, str]:
+    """Judge a submission as the task's verifier kind says; returns the verdict and method.
+
+    Raises:
+        BrowserUnavailable: Chromium failed.
+        SandboxUnavailable: the sandbox failed.
+    """
+    if task.verifier is VerifierKind.python:
+        return judge_python_handoff(task, submission, settings), "sandbox"
+    if task.verifier is VerifierKind.static:
+        return judge_static(task, submission), "static"
+    chosen = browser() if callable(browser) else browser
+    verdict = judge(
+        submission.content,
+        browser=chosen,
+        min_fps=settings.verify_min_fps,
+        retry_starved=retry_starved,
+        static=task.static_checks(_public(submission)),
+    )
+    return verdict, "browser" if chosen is not None else "static"
 
 
 def submission_of(task: Task, handoff: Handoff) -> Submission:

@@ -15,7 +15,7 @@ from sqlalchemy.exc import NoResultFound
 
 from worker.errors import InputError
 from worker.store.sessions import SessionView, load_session
-from worker.store.tables import artifact_versions, artifacts, events
+from worker.store.tables import artifact_versions, artifacts, events, verifications
 
 
 @dataclass(frozen=True)
@@ -76,3 +76,38 @@ def artifact_history(conn: Connection, *, session_id: int) -> list[RecordedVersi
         .order_by(artifacts.c.name, artifact_versions.c.version)
     ).all()
     return [RecordedVersion(r.name, r.version, r.turn_no, r.content, r.sha256) for r in rows]
+
+
+@dataclass(frozen=True)
+class RecordedVerdict:
+    """One verdict of a session: the round, what it judged, and what it found."""
+
+    round: int
+    name: str
+    """The handed-off artifact."""
+    version: int
+    passed: bool
+    method: str
+    checks: list[dict[str, Any]]
+
+
+def verdict_history(conn: Connection, *, session_id: int) -> list[RecordedVerdict]:
+    """Every verdict of the session, by round."""
+    rows = conn.execute(
+        select(
+            verifications.c.round,
+            artifacts.c.name,
+            artifact_versions.c.version,
+            verifications.c.passed,
+            verifications.c.method,
+            verifications.c.checks,
+        )
+        .join(artifact_versions, artifact_versions.c.id == verifications.c.artifact_version_id)
+        .join(artifacts, artifacts.c.id == artifact_versions.c.artifact_id)
+        .where(verifications.c.session_id == session_id)
+        .order_by(verifications.c.round)
+    ).all()
+    return [
+        RecordedVerdict(r.round, r.name, r.version, bool(r.passed), r.method, list(r.checks))
+        for r in rows
+    ]

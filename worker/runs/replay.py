@@ -29,6 +29,7 @@ from worker.models.base import FunctionCall, calls_of
 from worker.profiles import Profile, get_profile
 from worker.reads import recorded
 from worker.reads.recorded import LoggedEvent, RecordedVersion
+from worker.runs.rejudge import Judge, VerdictCheck, rejudge
 from worker.store.sessions import SessionView
 from worker.store.tables import metadata
 from worker.tasks.base import Instance, Task
@@ -108,11 +109,17 @@ class ReplayReport:
     elided: int
     versions: tuple[VersionCheck, ...]
     divergences: tuple[Divergence, ...]
+    verdicts: tuple[VerdictCheck, ...] = ()
+    """Every recorded verdict, judged again (:mod:`worker.runs.rejudge`)."""
 
     @property
     def ok(self) -> bool:
-        """Every version matched and every tool result came back as recorded."""
-        return all(v.match for v in self.versions) and not self.divergences
+        """Every version and verdict matched, and every tool result came back as recorded."""
+        return (
+            all(v.match for v in self.versions)
+            and all(v.match for v in self.verdicts)
+            and not self.divergences
+        )
 
     @property
     def matched(self) -> int:
@@ -125,16 +132,22 @@ class ReplayReport:
         for version in self.versions:
             if version.problem is not None:
                 return version.problem
-        return str(self.divergences[0]) if self.divergences else None
+        if self.divergences:
+            return str(self.divergences[0])
+        return next((v.problem for v in self.verdicts if v.problem is not None), None)
 
 
-def replay_session(conn: Connection, *, session_id: int, now: datetime) -> ReplayReport:
+def replay_session(
+    conn: Connection, *, session_id: int, now: datetime, judge: Judge | None = None
+) -> ReplayReport:
     """Re-enact a session's recorded turns in a scratch workspace and compare the results.
 
     Args:
         conn: A connection to the session's database (only read).
         session_id: The session.
         now: The time the scratch workspace stamps its rows with.
+        judge: Judges each recorded verdict's workspace again with the task's whole
+            verifier; None judges it again by the task's static checks.
 
     Raises:
         InputError: no such session.
@@ -166,6 +179,17 @@ def replay_session(conn: Connection, *, session_id: int, now: datetime) -> Repla
             replayed = recorded.artifact_history(work, session_id=SCRATCH_SESSION_ID)
     finally:
         scratch.dispose()
+    verdicts = rejudge(
+        task=task,
+        profile=get_profile(head.profile),
+        instance=_instance(task, head)
+        if judge is not None
+        else Instance(head.instance_id, head.brief),
+        log=log,
+        versions=history,
+        verdicts=recorded.verdict_history(conn, session_id=session_id),
+        judge=judge,
+    )
     return ReplayReport(
         session_id=head.id,
         run_id=head.run_id,
@@ -175,7 +199,16 @@ def replay_session(conn: Connection, *, session_id: int, now: datetime) -> Repla
         elided=done.elided,
         versions=tuple(compare_versions(history, replayed)),
         divergences=done.divergences,
+        verdicts=tuple(verdicts),
     )
+
+
+def _instance(task: Task, head: SessionView) -> Instance:
+    """The session's instance with its hidden fields, for a whole judgement."""
+    try:
+        return task.instance(head.instance_id)
+    except ConfigError:  # a session made before tasks: its brief is all there is
+        return Instance(head.instance_id, head.brief)
 
 
 def reenact(
