@@ -38,7 +38,7 @@ from scheduler.cli.services import (
     send_or_raise,
     settings_error,
 )
-from scheduler.cli.tasks import refuse_without_sandbox, task_group, tasks
+from scheduler.cli.tasks import refuse_unready_model, refuse_without_sandbox, task_group, tasks
 from scheduler.cli.views import ladder_view, print_status
 from scheduler.report.format import jsonable
 from worker.celery import create_app
@@ -204,8 +204,10 @@ def run(settings: Settings, request: RunRequest, as_json: bool, database: str) -
     embedded = settings.model_copy(
         update={"database_url": database_url, "broker_url": DEFAULT_BROKER_URL}
     )
-    # The embedded worker judges every kind: a Python task needs its sandbox here.
+    # The embedded worker judges every kind (a Python task needs its sandbox here) and calls
+    # the model itself: what either needs is checked before anything is made.
     refuse_without_sandbox(load_task(request.task), embedded)
+    refuse_unready_model(request.model, embedded)
     try:
         migrate(embedded.database_url)
     except sqlalchemy.exc.OperationalError as exc:
@@ -240,6 +242,8 @@ def ladder(settings: Settings, request: LadderRequest, as_json: bool, detach: bo
     """
     embedded = settings.is_embedded
     if embedded:
+        refuse_without_sandbox(load_task(request.task), settings)
+        refuse_unready_model(request.model, settings)
         migrate(settings.database_url)
     app = create_app(settings)
     size = max(WaveSpec.parse(t).size for t in request.tiers)

@@ -23,6 +23,7 @@ from scheduler.cli.services import (
     open_runtime,
     send_or_raise,
 )
+from scheduler.cli.tasks import refuse_unready_model
 from scheduler.report.format import jsonable
 from scheduler.report.text import fork_table
 from worker.celery import create_app
@@ -88,6 +89,8 @@ def fork(
             raise OperatorError(str(exc)) from None
     embedded = settings.is_embedded
     if embedded:
+        if model is not None:
+            refuse_unready_model(model, settings)
         migrate(settings.database_url)
     app = create_app(settings)
     with open_runtime(app) as rt:

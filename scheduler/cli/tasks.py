@@ -26,7 +26,8 @@ from scheduler.cli.options import RunRequest
 from scheduler.cli.services import EXIT_OK, EXIT_RUN_INCOMPLETE, OperatorError
 from worker.celery import create_app
 from worker.config import RunConfig
-from worker.errors import SwarmError
+from worker.errors import ConfigError, SwarmError
+from worker.models.registry import Providers
 from worker.reads.queries import SessionRow, session_rows
 from worker.settings import DEFAULT_BROKER_URL, Settings
 from worker.store.engine import migrate
@@ -175,6 +176,18 @@ def check(
                         f"error: {r.persona} should {r.expected}: {', '.join(r.wrong)}", err=True
                     )
     sys.exit(EXIT_OK if passed else EXIT_RUN_INCOMPLETE)
+
+
+def refuse_unready_model(model: str, settings: Settings) -> None:
+    """A run whose model is called in this process needs what the model needs here (a key).
+
+    Raises:
+        OperatorError: one line that says what is missing.
+    """
+    try:
+        Providers(settings).check_ready(model)
+    except ConfigError as exc:
+        raise OperatorError(str(exc).replace("in the worker's environment", "here")) from None
 
 
 def refuse_without_sandbox(task: Task, settings: Settings) -> None:

@@ -120,6 +120,14 @@ def status_view(
         summary.add_row("elapsed", f"{f.elapsed_s:.1f} s")
     if f.stop_reason:
         summary.add_row("stopped", f.stop_reason)
+    if f.ended_in_error:
+        summary.add_row(
+            "ended in error",
+            "\n".join(
+                f"{e.sessions} session{'' if e.sessions == 1 else 's'} ({e.outcome}): {e.reason}"
+                for e in f.ended_in_error
+            ),
+        )
     if f.forecast is not None:
         summary.add_row("forecast", f.forecast.describe())
     if f.cache_alarm is not None:

@@ -150,6 +150,12 @@ def report_view(figures: RunFigures | LadderFigures) -> Group:
     forks = [f for r in runs for f in r.forks]
     if forks:
         parts.append(fork_table(forks))
+    errors = [(r, e) for r in runs for e in r.ended_in_error]
+    if errors:
+        table = Table("run", "sessions", "outcome", "why", title="why sessions ended in error")
+        for r, e in errors:
+            table.add_row(str(r.run_id), str(e.sessions), e.outcome, e.reason)
+        parts.append(table)
     notes = [note for r in runs for note in _notes(r)]
     if notes:
         parts.append(Text("\n".join(notes)))

@@ -87,20 +87,33 @@ class Providers:
             )
         raise ConfigError(f"no provider serves model {name!r}")
 
-    @cached_property
-    def client(self) -> genai.Client:
-        """The Gemini client, built on first use and shared by every turn of the process."""
+    def check_ready(self, model: str) -> None:
+        """Refuse, before a run is made here, a model this process could not call.
+
+        Raises:
+            ConfigError: a Gemini model without an API key in this process's environment.
+        """
+        if model.startswith(GEMINI_PREFIX):
+            self._api_key()
+
+    def _api_key(self) -> str:
         key = self.settings.gemini_api_key
         if key is None or not key.get_secret_value():
             raise ConfigError(
                 "no Gemini API key: set GEMINI_API_KEY (or GOOGLE_API_KEY) "
                 "in the worker's environment"
             )
+        return key.get_secret_value()
+
+    @cached_property
+    def client(self) -> genai.Client:
+        """The Gemini client, built on first use and shared by every turn of the process."""
+        key = self._api_key()
         from worker.models.gemini.client import make_client
 
         with self._lock:
             return make_client(
-                api_key=key.get_secret_value(),
+                api_key=key,
                 base_url=self.settings.gemini_base_url,
                 timeout_s=self.settings.gemini_timeout_s,
             )

@@ -112,6 +112,19 @@ class Nudges:
 
 
 @dataclass(frozen=True)
+class EndedInError:
+    """Sessions that ended in error for one reason: the reason, its outcome, how many."""
+
+    outcome: str
+    reason: str
+    sessions: int
+
+
+#: Longest reason a report quotes.
+MAX_REASON_CHARS = 300
+
+
+@dataclass(frozen=True)
 class Tokens:
     """Tokens of a run by kind, and the share of prompt tokens served from cache."""
 
@@ -180,6 +193,8 @@ class RunFigures:
     """Where the run's cache share fell well below its running figure, if it did."""
     task: TaskFigures | None = None
     """How the sessions scored on the run's task."""
+    ended_in_error: tuple[EndedInError, ...] = ()
+    """Why sessions ended in error, the commonest reason first."""
 
     @property
     def total_usd(self) -> float:
@@ -248,7 +263,27 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
         forecast=forecast(conn, run_id=run_id),
         cache_alarm=cache_alarm(conn, run_id=run_id),
         task=task_figures(conn, run_id, cost_usd=cost),
+        ended_in_error=_ended_in_error(conn, run_id),
     )
+
+
+def _ended_in_error(conn: Connection, run_id: int) -> tuple[EndedInError, ...]:
+    """The reasons the run's sessions ended in error, with their counts: the scheduler of a
+    fleet cannot see a worker's environment, so this is where a missing key shows."""
+    rows = conn.execute(
+        select(sessions.c.outcome, sessions.c.error, func.count())
+        .where(sessions.c.run_id == run_id, sessions.c.status == SessionStatus.error.value)
+        .group_by(sessions.c.outcome, sessions.c.error)
+    ).all()
+    found = [
+        EndedInError(str(outcome or "-"), _reason(error), int(n)) for outcome, error, n in rows
+    ]
+    return tuple(sorted(found, key=lambda e: (-e.sessions, e.reason)))
+
+
+def _reason(error: str | None) -> str:
+    text = " ".join((error or "no reason recorded").split())
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 1] + "…"
 
 
 class _Session(NamedTuple):
