@@ -116,3 +116,14 @@ def test_bad_task_options_are_one_line(tmp_path: Path) -> None:
         done = _scheduler(tmp_path, *args, timeout_s=60)
         assert done.returncode == 2, (args, done.stderr)
         assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.browser
+def test_task_check_passes_the_dashboard_in_chromium(tmp_path: Path) -> None:
+    # When the dashboard is checked on two of its cards, judged in Chromium
+    done = _scheduler(tmp_path, "task", "check", "dashboard", "--sample", "2", "--json")
+    # Then oracle passed both, and null and cheat (a page with nothing on it; pages that
+    # look the part) neither
+    assert done.returncode == 0, done.stderr[-2000:]
+    passed = {p["persona"]: p["passed"] for p in json.loads(done.stdout)["personas"]}
+    assert (passed["oracle"], passed["null"], passed["cheat"]) == (2, 0, 0)
