@@ -1,1 +1,1 @@
-"""The agent engine: the turn loop, its tools and workspace, prompt, profiles and limits."""
+"""The agent engine: the turn loop, its tools and workspace, prompt, limits and timings."""

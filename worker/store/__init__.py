@@ -1,1 +1,1 @@
-"""Persistence: tables, the engine, every state transition, and the read models."""
+"""Persistence: tables, the engine, claims and commits, every state transition, control."""

@@ -1,1 +1,1 @@
-"""``sim``: an offline model that plays an agent and authors real canvas dashboards."""
+"""``sim``: an offline model that plays the scripted agent its session's task gives it."""
