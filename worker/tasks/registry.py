@@ -109,6 +109,13 @@ def _validate(ref: str, task: Task) -> None:
     problems = []
     if not task.name:
         problems.append("it has no name")
+    kind: object = task.verifier
+    if isinstance(kind, str) and not isinstance(kind, VerifierKind):
+        # A task may name its verifier as a plain string ("python").
+        try:
+            task.verifier = VerifierKind(kind)  # type: ignore[misc]
+        except ValueError:
+            pass
     if not isinstance(task.verifier, VerifierKind):
         problems.append(f"verifier {task.verifier!r} is not one of static, chromium, python")
     if not task.artifacts:

@@ -111,3 +111,16 @@ def test_tasks_lists_entry_points_and_a_broken_one_in_one_line(tmp_path: Path) -
     )
     assert "humaneval" in table.stdout and "164" in table.stdout
     assert table.stderr.strip().splitlines() == [f"error: {out['failed'][0]['error']}"]
+
+
+class Stringly(Tiny):
+    """Names its verifier as a plain string."""
+
+    verifier = "static"  # type: ignore[assignment]
+
+
+def test_a_verifier_named_as_a_string_is_taken() -> None:
+    from worker.tasks import VerifierKind
+
+    task = load_task(f"{__name__}:Stringly")
+    assert task.verifier is VerifierKind.static
