@@ -8,6 +8,7 @@ returns one. A task is loaded once per process and kept.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 from collections.abc import Callable
@@ -112,10 +113,8 @@ def _validate(ref: str, task: Task) -> None:
     kind: object = task.verifier
     if isinstance(kind, str) and not isinstance(kind, VerifierKind):
         # A task may name its verifier as a plain string ("python").
-        try:
+        with contextlib.suppress(ValueError):
             task.verifier = VerifierKind(kind)  # type: ignore[misc]
-        except ValueError:
-            pass
     if not isinstance(task.verifier, VerifierKind):
         problems.append(f"verifier {task.verifier!r} is not one of static, chromium, python")
     if not task.artifacts:
