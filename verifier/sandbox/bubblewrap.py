@@ -8,7 +8,11 @@ with) over ``prlimit`` (util-linux):
   only, so nothing on the host (not even 127.0.0.1) can be reached;
 - a filesystem of ``/usr`` read-only, a private ``/tmp``, ``/proc`` and a minimal ``/dev``:
   no ``/etc``, no home, no project or worker files, and no task data (the hidden test comes
-  in on standard input);
+  in on standard input). Every directory of installed packages under it is hidden behind an
+  empty one (``/usr/local``, Debian's ``dist-packages``, an interpreter's ``site-packages``):
+  a worker installed there (as in the project's image) would otherwise show the solution
+  its own code and the packages that ship a task's data, its tests and reference solutions
+  among them;
 - an empty environment (no key, no database or broker URL);
 - limits on CPU seconds, address space, processes, open files and file size, a wall-clock
   deadline, and its output kept to a few KiB;
@@ -23,6 +27,7 @@ fault, retried, never a failed check.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import secrets
@@ -43,7 +48,7 @@ from typing import Any
 from worker.errors import SandboxUnavailable
 from worker.settings import Settings
 
-__all__ = ["BWRAP", "Limits", "Run", "Sandbox"]
+__all__ = ["BWRAP", "Limits", "Run", "Sandbox", "package_dirs"]
 
 #: Debian's bubblewrap.
 BWRAP = "/usr/bin/bwrap"
@@ -55,6 +60,31 @@ SYSTEM_PYTHON = Path("/usr/bin/python3")
 HARNESS_PATH = "/sandbox/harness.py"
 #: Seconds a sandbox may take to start and stop, beyond its test's own wall time.
 STARTUP_S = 5.0
+
+
+def package_dirs(python: Path, prefix: Path | None) -> list[Path]:
+    """Directories of installed packages the sandbox would see, to hide behind empty ones.
+
+    The interpreter runs with ``-I -S`` and so imports none of them; they are hidden because
+    they can be read: a worker installed under ``/usr/local`` (the project's image) or into
+    an interpreter's prefix lays its own code and every package it installed there, with any
+    task data they ship, open to the solution.
+
+    Args:
+        python: The sandbox's interpreter.
+        prefix: The interpreter's prefix when it lives outside ``/usr``, bound as well.
+    """
+    patterns = ["/usr/lib/python3*/dist-packages", "/usr/lib/python3*/site-packages"]
+    if str(python).startswith("/usr/local/"):
+        patterns += [
+            "/usr/local/lib/python3*/dist-packages",
+            "/usr/local/lib/python3*/site-packages",
+        ]
+    else:
+        patterns.append("/usr/local")
+    if prefix is not None:
+        patterns += [f"{prefix}/lib/python3*/site-packages", f"{prefix}/lib/python3*/dist-packages"]
+    return sorted({Path(p) for pattern in patterns for p in glob.glob(pattern) if Path(p).is_dir()})
 
 
 @dataclass(frozen=True)
@@ -192,6 +222,8 @@ class Sandbox:
         prefix = Path(sys.base_prefix) if not str(self.python).startswith("/usr/") else None
         if prefix is not None and prefix != Path("/usr"):
             binds += ["--ro-bind", str(prefix), str(prefix)]
+        for hidden in package_dirs(self.python, prefix):
+            binds += ["--tmpfs", str(hidden)]
         # Root that was not given a user to be is at least nobody, without capabilities,
         # inside the sandbox.
         as_root = self.user is None and os.geteuid() == 0

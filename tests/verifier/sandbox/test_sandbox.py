@@ -172,6 +172,29 @@ def test_the_solution_sees_no_environment_and_no_files_but_its_own(sandbox: Sand
     assert ok, detail
 
 
+def test_the_solution_sees_no_installed_package(sandbox: Sandbox) -> None:
+    # Given a solution that looks where installed packages live: a worker installed there (as
+    # in the project's image, under /usr/local) and the packages that ship a task's data
+    text = (
+        "import glob, os, sys\n"
+        "def add(a, b):\n"
+        "    places = ['/usr/local', '/usr/lib/python3*/dist-packages',\n"
+        "              '/usr/lib/python3*/site-packages',\n"
+        "              sys.base_prefix + '/lib/python3*/site-packages']\n"
+        "    return sorted(n for p in places for d in glob.glob(p) for n in os.listdir(d))\n"
+    )
+    test = HiddenTest(
+        module="solution.py",
+        source="from solution import add\nseen = add(1, 2)\nassert seen == [], seen\n",
+    )
+    # When it is judged, Then it saw nothing there, though the host has packages there
+    assert any(
+        os.listdir(d) for d in ("/usr/lib/python3/dist-packages", "/usr/local") if os.path.isdir(d)
+    )
+    ok, detail = _judge(sandbox, text, test)
+    assert ok, detail
+
+
 def test_an_endless_loop_is_stopped_by_the_deadline(sandbox: Sandbox) -> None:
     quick = HiddenTest(module="solution.py", source=TEST.source, setup=TEST.setup, timeout_s=1)
     ok, detail = _judge(sandbox, "def add(a, b):\n    while True:\n        pass\n", quick)
