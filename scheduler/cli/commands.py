@@ -1,5 +1,5 @@
-"""``python -m scheduler``: migrate, enqueue, run (embedded), ladder, status, report, cancel,
-resume, replay, fork, diff, tasks, task check."""
+"""``python -m scheduler``: migrate, enqueue, run (embedded), ladder, status, report, show,
+cancel, resume, replay, fork, diff, tasks, task check."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from scheduler.cli.services import (
     send_or_raise,
     settings_error,
 )
+from scheduler.cli.show import show
 from scheduler.cli.tasks import refuse_unready_model, refuse_without_sandbox, task_group, tasks
 from scheduler.cli.views import ladder_view, print_status
 from scheduler.report.format import jsonable
@@ -334,6 +335,7 @@ def resume(settings: Settings, run_id: int) -> None:
 
 
 cli.add_command(report)
+cli.add_command(show)
 cli.add_command(tasks)
 cli.add_command(task_group)
 cli.add_command(replay)
