@@ -40,7 +40,8 @@ def parse_target(ctx: click.Context, param: click.Parameter, value: str) -> Targ
     "html_path",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write an HTML report (charts, gallery) to PATH, with the full-size "
-    "screenshots and videos of its gallery in PATH's _files directory beside it.",
+    "screenshots and videos of its gallery, and a transcript page per session, in PATH's "
+    "_files directory beside it.",
 )
 @click.pass_obj
 def report(settings: Settings, target: Target, as_json: bool, html_path: Path | None) -> None:
@@ -55,10 +56,12 @@ def report(settings: Settings, target: Target, as_json: bool, html_path: Path | 
             # Imported here: matplotlib and Jinja2 load only when a page is asked for.
             from scheduler.report.gallery import write_assets
             from scheduler.report.html import load_details, render_html
+            from scheduler.report.transcript import write_transcripts
 
             details = load_details(conn, runs_of(figures))
             try:
                 details = write_assets(conn, details, html_path)
+                details = write_transcripts(conn, details, html_path)
             except OSError as exc:
                 raise click.FileError(str(html_path), hint=exc.strerror or str(exc)) from None
             page = render_html(figures, details)

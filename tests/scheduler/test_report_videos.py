@@ -97,7 +97,9 @@ def test_a_recorded_runs_gallery_links_screenshots_and_plays_every_video(
         assert abs(played["duration"] - RECORD_S) <= 2 / 60
         assert played["advanced"] > 0.5
     # And each thumbnail links its full-size screenshot
-    hrefs = page.eval_on_selector_all(".shot a", "(links) => links.map((a) => a.href)")
+    hrefs = page.eval_on_selector_all(
+        ".shot a[title='full-size screenshot']", "(links) => links.map((a) => a.href)"
+    )
     assert len(hrefs) == 2
     for href in hrefs:
         page.goto(href)

@@ -50,10 +50,13 @@ class Shot:
     """The latest verdict's row, where its video is kept."""
     has_video: bool = False
     """The latest verdict has a video (the run, or its verify worker, recorded it)."""
+    session_id: int = 0
     screenshot_href: str | None = None
     """Where the full-size screenshot was written, relative to the page (:func:`write_assets`)."""
     video_href: str | None = None
     """Where the video was written, relative to the page."""
+    transcript_href: str | None = None
+    """Where the session's transcript page was written, relative to the report page."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ def _detail(conn: Connection, run_id: int) -> RunDetail:
             v.c.screenshot_png,
             v.c.id,
             v.c.video_mp4.isnot(None),
+            sessions.c.id,
         )
         .join(waves, waves.c.id == sessions.c.wave_id)
         .outerjoin(per, per.c.session_id == sessions.c.id)
@@ -131,6 +135,7 @@ def _detail(conn: Connection, run_id: int) -> RunDetail:
             run_id=run_id,
             verification_id=r[12],
             has_video=bool(r[13]),
+            session_id=r[14],
         )
         for r in rows
     ]
