@@ -255,7 +255,9 @@ class Browser:
     async def _launch(self) -> _Chromium:
         started = time.monotonic()
         if self._playwright is None:
-            self._playwright = await async_playwright().start()
+            starting = async_playwright()
+            self._playwright = await starting.start()
+            _watch_driver(starting)
         env: dict[str, str | float | bool] | None = None
         if self.display == "xvfb":
             if self._xvfb is None:
@@ -308,6 +310,30 @@ class Browser:
             with contextlib.suppress(Exception):
                 await self._playwright.stop()
             self._playwright = None
+
+
+def _watch_driver(starting: object) -> None:
+    """Read the error Playwright records when its driver goes away, so asyncio never logs it.
+
+    Playwright sets that error on a future of its transport which, once the driver has
+    started, nothing awaits. A stopped service's SIGTERM reaches its whole process group, so
+    the driver and Chromium die under the worker's measurements, and unread, the error is
+    logged by asyncio at ERROR ("Future exception was never retrieved") when the future is
+    collected. The measurements in flight fail as :class:`BrowserUnavailable` either way.
+
+    Args:
+        starting: What ``async_playwright()`` returned, once started. The future is
+            Playwright's own: where it is not found, nothing is watched.
+    """
+    transport = getattr(getattr(starting, "_client", None), "_transport", None)
+    ended = getattr(transport, "on_error_future", None)
+    if isinstance(ended, asyncio.Future):
+        ended.add_done_callback(_after_driver_lost)
+
+
+def _after_driver_lost(ended: asyncio.Future[object]) -> None:
+    if not ended.cancelled() and (exc := ended.exception()) is not None:
+        logger.warning("Playwright's driver went away (%s): the measurements in flight fail", exc)
 
 
 def _run_forever(loop: asyncio.AbstractEventLoop) -> None:

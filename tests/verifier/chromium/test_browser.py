@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
 import subprocess
@@ -244,6 +246,63 @@ def test_close_during_a_measurement_fails_it(
     assert len(outcome) == 1
     assert isinstance(outcome[0], BrowserUnavailable)
     assert private_browser.browser_pids() == []
+
+
+def _driver_of(browser: Browser) -> psutil.Process:
+    """The Playwright driver that launched ``browser``'s Chromium."""
+    process = psutil.Process(browser.browser_pids()[0])
+    while "run-driver" not in process.cmdline():
+        parent = process.parent()
+        assert parent is not None, "Chromium was not launched by a Playwright driver"
+        process = parent
+    return process
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("stop", ["close", "sigterm"])
+def test_a_shutdown_while_pages_are_judged_logs_nothing_at_error(
+    stop: str, page_html: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a browser judging two pages on other threads, with a third waiting for a slot
+    shared = Browser(max_pages=2)
+    loaded = threading.Semaphore(0)
+    # Only the kinds: an exception kept would keep what its frames hold from being collected
+    outcomes: list[type[BaseException] | None] = []
+
+    def measure() -> None:
+        try:
+            shared.measure(page_html("good.html"))
+            outcomes.append(None)
+        except BaseException as exc:
+            outcomes.append(type(exc))
+
+    threads = [threading.Thread(target=measure) for _ in range(3)]
+    with on_loaded(loaded.release):
+        for thread in threads:
+            thread.start()
+        assert loaded.acquire(timeout=60) and loaded.acquire(timeout=60)
+        # When the worker stops: its browser is closed under the measurements, or first the
+        # SIGTERM a stopped service sends its whole group reaches the driver and Chromium
+        if stop == "sigterm":
+            driver = _driver_of(shared)
+            tree = [driver, *driver.children(recursive=True)]
+            for process in tree:
+                with contextlib.suppress(psutil.Error):
+                    process.terminate()
+            psutil.wait_procs(tree, timeout=30)
+            for thread in threads:
+                thread.join(60)
+        shared.close()
+        for thread in threads:
+            thread.join(60)
+    gc.collect()
+    # Then every measurement failed as the browser's fault, and nothing was logged at ERROR:
+    # no future of the browser's loop was left with an exception nobody read
+    assert outcomes == [BrowserUnavailable] * 3
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert "never retrieved" not in caplog.text
+    # and a driver that died under them was one warning
+    assert ("driver went away" in caplog.text) is (stop == "sigterm")
 
 
 @pytest.mark.browser
