@@ -151,8 +151,11 @@ def test_a_cache_past_its_expiry_is_made_again_before_any_request_names_it(
     assert _names(engine, run_id) == [first, name]
 
 
-def _short_lived(engine: Engine, fake: FakeGemini, run_id: int, clock: Clock) -> GeminiModel:
-    """A provider whose caches the API keeps for 60 s, inside the expiry margin."""
+def _short_lived(
+    engine: Engine, fake: FakeGemini, run_id: int, clock: Clock, *, dated: bool
+) -> GeminiModel:
+    """A provider whose caches the API keeps for 60 s, inside the expiry margin; or, not
+    ``dated`` (no createTime), whose caches' expireTime is already past by this clock."""
     model = _provider(engine, fake, run_id, clock)
     assert model.cache is not None
     make = model.cache.create
@@ -160,6 +163,8 @@ def _short_lived(engine: Engine, fake: FakeGemini, run_id: int, clock: Clock) ->
     def create(request: ModelRequest, display_name: str) -> CachedPrefix:
         made = make(request, display_name)
         assert made.created_at is not None
+        if not dated:
+            return CachedPrefix(made.name, made.tokens, clock() - timedelta(seconds=1))
         return CachedPrefix(
             made.name, made.tokens, made.created_at + timedelta(seconds=60), made.created_at
         )
@@ -168,14 +173,15 @@ def _short_lived(engine: Engine, fake: FakeGemini, run_id: int, clock: Clock) ->
     return model
 
 
+@pytest.mark.parametrize("dated", [True, False], ids=["lives 60 s", "already past, undated"])
 def test_a_cache_made_to_expire_within_the_margin_is_never_named(
-    engine: Engine, fake_gemini: Callable[..., FakeGemini]
+    engine: Engine, fake_gemini: Callable[..., FakeGemini], dated: bool
 ) -> None:
     # Given a run whose provider keeps its caches for less than the margin
     fake = fake_gemini()
     run_id, _ = make_run(engine, model=MODEL, cache="explicit")
     clock = Clock()
-    model = _short_lived(engine, fake, run_id, clock)
+    model = _short_lived(engine, fake, run_id, clock, dated=dated)
     # When three turns are called
     turns = [model.generate(_request(model=MODEL)) for _ in range(3)]
     # Then each went through with its prefix, none named the cache, and only one was made
