@@ -4,6 +4,7 @@ for byte; a log or a version changed after the fact does not."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -46,8 +47,11 @@ def test_a_ten_turn_session_replays_byte_for_byte(
     # Then every recorded version came out byte for byte, and the command says so
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    matched = [line for line in lines if line.endswith(" match")]
+    # (a version's row ends with its hash and the verdict; a verdict's row, judged again,
+    # with what was recorded, what came out now and how)
+    matched = [line for line in lines if re.search(r"\b[0-9a-f]{12}\s+match$", line)]
     assert len(matched) == len(recorded) >= 2
+    assert [line for line in lines if re.search(r"\bpass\s+pass\s+\w+\s+match$", line)]
     for (version, sha), line in zip(recorded, matched, strict=True):
         assert f"dashboard.html v{version} " in line and sha[:12] in line
     assert lines[-1].startswith(f"session {session_id} replays byte for byte")
