@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -285,6 +286,7 @@ class RunProgress:
             transient=False,
         )
         self._task: Any = None
+        self._errors_shown: dict[tuple[str, str], int] = {}
 
     def __enter__(self) -> Callable[[RunFigures], None]:
         self._progress.start()
@@ -309,3 +311,19 @@ class RunProgress:
         if self._task is None:
             self._task = self._progress.add_task("run", total=sessions.total, **fields)
         self._progress.update(self._task, completed=sessions.ended, **fields)
+        self._say_errors(figures)
+
+    def _say_errors(self, figures: RunFigures) -> None:
+        # Why sessions ended in error is said as soon as it is known, above the bar, once
+        # per reason (again only when its count has doubled): a fleet's scheduler cannot see
+        # the workers' environment, so a missing key shows here first.
+        for e in figures.ended_in_error:
+            key = (e.outcome, e.reason)
+            shown = self._errors_shown.get(key, 0)
+            if e.sessions >= max(1, 2 * shown):
+                self._errors_shown[key] = e.sessions
+                plural = "" if e.sessions == 1 else "s"
+                self._progress.console.print(
+                    f"[red]{e.sessions} session{plural} ended in error ({e.outcome}):[/] "
+                    f"{escape(e.reason)}"
+                )
