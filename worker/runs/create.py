@@ -76,6 +76,9 @@ def create_run(
             task_sha256=fingerprint(work),
             verifier=work.verifier.value,
             budget_usd=budget_usd,
+            # A budget's ledger: what the run spent, and what its calls in flight hold.
+            spent_usd=None if budget_usd is None else 0.0,
+            reserved_usd=None if budget_usd is None else 0.0,
             status="pending",
             ladder_id=ladder_id,
             tier=tier,

@@ -16,6 +16,7 @@ from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from worker.states import Outcome, RunStatus, SessionStatus, WaveStatus
+from worker.store import reservations
 from worker.store.due import ACTIVE
 from worker.store.engine import notify_run
 from worker.store.tables import outbox, runs, sessions, waves
@@ -140,7 +141,9 @@ def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datet
     has_next = conn.execute(
         select(waves.c.id).where(waves.c.run_id == run_id, waves.c.index == wave.wave_index + 1)
     ).first()
-    run_status = conn.execute(select(runs.c.status).where(runs.c.id == run_id)).scalar_one()
+    run_status, budget_usd = conn.execute(
+        select(runs.c.status, runs.c.budget_usd).where(runs.c.id == run_id)
+    ).one()
     if has_next is not None and run_status == RunStatus.running.value:
         conn.execute(insert(outbox).values(wave_start(run_id, wave.wave_index + 1, now)))
     elif run_status == RunStatus.running.value:
@@ -152,6 +155,10 @@ def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datet
         next_in_ladder(conn, run_id=run_id, now=now)
     elif run_status == RunStatus.cancelled.value and not _any_active(conn, run_id):
         conn.execute(update(runs).where(runs.c.id == run_id).values(finished_at=now))
+    if budget_usd is not None and not _any_active(conn, run_id):
+        # No call of the run is out any more: what it still holds (calls whose outcome
+        # was never known) goes back.
+        reservations.release_run(conn, run_id=run_id)
     return True
 
 

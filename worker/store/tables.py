@@ -121,6 +121,18 @@ runs = Table(
         doc="The kind of verifier that judges the task's handoffs (it picks the verify queue).",
     ),
     Column("budget_usd", Float),
+    Column(
+        "spent_usd",
+        Float,
+        doc="With a budget: the dollars of the run's usage rows, added as they are written "
+        "(None without one).",
+    ),
+    Column(
+        "reserved_usd",
+        Float,
+        doc="With a budget: the worst-case cost of the model calls in flight, held against "
+        "it until each is settled or released (None without one).",
+    ),
     Column("status", String(16), nullable=False, default=RunStatus.pending.value),
     Column("ladder_id", ForeignKey("ladders.id", ondelete="CASCADE"), index=True),
     Column("tier", String(32), doc="The ladder tier this run is (``5x1``), or None."),
@@ -292,12 +304,34 @@ usage = Table(
     UniqueConstraint("session_id", "turn_no"),
 )
 
+#: A model call's worst-case cost, held against its run's budget while the call is out.
+#:
+#: Keyed by the turn's lease: a takeover of the lease releases the stale holder's hold, and
+#: the fence of a stale commit keeps it from being settled twice. ``state`` is ``held``
+#: while the call is out, ``unknown`` once it failed in a way that may have been billed (a
+#: timeout after sending): that one stays until the run ends.
+reservations = Table(
+    "reservations",
+    metadata,
+    _id(),
+    _parent("run_id", "runs", index=True),
+    _parent("session_id", "sessions"),
+    Column("turn_no", Integer, nullable=False),
+    Column("lease_epoch", Integer, nullable=False),
+    Column("amount_usd", Float, nullable=False),
+    Column("state", String(16), nullable=False, default="held", server_default="held"),
+    _ts("created_at", nullable=False),
+    UniqueConstraint("session_id", "turn_no", "lease_epoch"),
+)
+
 #: Where one committed turn's time went, in milliseconds; written with its commit.
 #:
-#: ``queue_ms`` runs from the session's ``dispatched_at`` to the claim (None when it was
-#: never dispatched); ``dispatch_ms`` is how long sending this turn's task took the turn
-#: before it, when the same process ran both (None otherwise); ``cpu_ms`` is the CPU the
-#: turn used up to its commit. Every phase but ``model_ms`` is overhead.
+#: ``reserve_ms`` is the reservation of the model call's cost against the run's budget (its
+#: settlement rides on the commit). ``queue_ms`` runs from the session's ``dispatched_at``
+#: to the claim (None when it was never dispatched); ``dispatch_ms`` is how long sending
+#: this turn's task took the turn before it, when the same process ran both (None
+#: otherwise); ``cpu_ms`` is the CPU the turn used up to its commit. Every phase but
+#: ``model_ms`` is overhead.
 turn_timings = Table(
     "turn_timings",
     metadata,
@@ -314,6 +348,12 @@ turn_timings = Table(
     Column("commit_ms", Float, nullable=False),
     Column("dispatch_ms", Float),
     Column("cpu_ms", Float, nullable=False),
+    Column(
+        "reserve_ms",
+        Float,
+        doc="Reserving the model call's cost against the run's budget (None: no budget).",
+    ),
+    Column("reserve_cpu_ms", Float, doc="The worker CPU of that reservation."),
     UniqueConstraint("session_id", "turn_no"),
 )
 

@@ -8,7 +8,9 @@ turn first locks the session row under the turn's lease
 anything. The tools then run, and :func:`commit_turn` writes what the turn produced (its
 events, usage row and timing row) together with the fence that advances ``next_turn``. On
 PostgreSQL that is one statement, the inserts as data-modifying CTEs of the fence's
-UPDATE: a turn's rows cost one round trip, not four.
+UPDATE: a turn's rows cost one round trip, not four. In a run with a budget the same
+statement settles the model call's reservation (:mod:`worker.store.reservations`): the hold
+is released and the billed cost spent only if the fence passes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sqlalchemy import (
     bindparam,
     cast,
     column,
+    delete,
     exists,
     func,
     insert,
@@ -38,7 +41,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.selectable import CTE
 
 from worker.states import SessionStatus
-from worker.store import claims
+from worker.store import claims, reservations
 from worker.store.claims import CLAIM_TURN, Claim
 from worker.store.sessions import (
     RUN_TASK_COLUMNS,
@@ -50,6 +53,7 @@ from worker.store.sessions import (
     load_session,
 )
 from worker.store.tables import events, runs, sessions, turn_timings, usage
+from worker.store.tables import reservations as holds
 
 __all__ = ["TurnRows", "claim_turn", "commit_turn", "holds_lease"]
 
@@ -185,6 +189,9 @@ class TurnRows:
     """Columns of the usage row (model, tokens by kind, cost, price date, latency)."""
     timing: dict[str, Any]
     """Columns of the timing row (``TurnTimer.row``)."""
+    budgeted: bool = False
+    """The run has a budget: the commit spends the turn's cost on it and settles the
+    call's reservation (:mod:`worker.store.reservations`)."""
 
 
 #: The commit point of a turn: built once.
@@ -271,6 +278,32 @@ _COMMIT_TURN_PG = (
 )
 
 
+_RELEASED = (
+    delete(holds)
+    .where(
+        holds.c.session_id == _SESSION_ID,
+        holds.c.turn_no == _TURN_NO,
+        holds.c.lease_epoch == bindparam("b_epoch", type_=Integer),
+        holds.c.state == reservations.HoldState.held.value,
+        _IF_FENCED,
+    )
+    .returning(holds.c.amount_usd)
+    .cte("hold_released")
+)
+#: PostgreSQL, a run with a budget: the commit settles the call's reservation too.
+_COMMIT_AND_SETTLE_PG = _COMMIT_TURN_PG.add_cte(
+    _RELEASED,
+    update(runs)
+    .where(runs.c.id == _RUN_ID, _IF_FENCED)
+    .values(
+        spent_usd=runs.c.spent_usd + bindparam("s_cost_usd", type_=runs.c.spent_usd.type),
+        reserved_usd=runs.c.reserved_usd
+        - select(func.coalesce(func.sum(_RELEASED.c.amount_usd), 0.0)).scalar_subquery(),
+    )
+    .cte("spend_settled"),
+)
+
+
 def commit_turn(
     conn: Connection,
     *,
@@ -316,7 +349,18 @@ def commit_turn(
         keys = {"session_id": claim.session_id, "run_id": rows.run_id, "turn_no": claim.turn_no}
         add_usage(conn, **keys, values=rows.usage, now=now)
         add_timing(conn, **keys, values=rows.timing)
-        return conn.execute(_FENCE_TURN, fence).rowcount == 1
+        if conn.execute(_FENCE_TURN, fence).rowcount != 1:
+            return False
+        if rows.budgeted:
+            reservations.settle(
+                conn,
+                run_id=rows.run_id,
+                session_id=claim.session_id,
+                turn_no=claim.turn_no,
+                epoch=claim.epoch,
+                cost_usd=float(rows.usage["cost_usd"]),
+            )
+        return True
     params = {
         **fence,
         "b_run_id": rows.run_id,
@@ -329,4 +373,7 @@ def commit_turn(
         **{f"t_{c}": rows.timing.get(c) for c in _TIMING_COLUMNS},
     }
     params["u_created_at"] = now
-    return conn.execute(_COMMIT_TURN_PG, params).scalar_one() == 1
+    if not rows.budgeted:
+        return conn.execute(_COMMIT_TURN_PG, params).scalar_one() == 1
+    params["s_cost_usd"] = rows.usage["cost_usd"]
+    return conn.execute(_COMMIT_AND_SETTLE_PG, params).scalar_one() == 1

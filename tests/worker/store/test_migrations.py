@@ -34,6 +34,7 @@ EXPECTED = {
     "caches",
     "fleet",
     "turn_timings",
+    "reservations",
 }
 
 
