@@ -23,6 +23,7 @@
     ├── ToolError              shown to the model as a tool result, never raised past a tool
     └── SessionStopped         the session ends now, with a typed ``Outcome``
         ├── LimitExceeded      a limit tripped: turns, tokens, cost or the run's budget
+        │   └── CallOverBudget a model call's worst case does not fit in the budget left
         └── ModelPaused        the model's daily quota is spent; it is paused fleet-wide
 
 Every way a session ends early is a :class:`SessionStopped` carrying a
@@ -82,7 +83,22 @@ class TransientError(SwarmError):
 
 
 class ModelUnavailable(TransientError):
-    """The model provider failed in a way that may work on a later attempt."""
+    """The model provider failed in a way that may work on a later attempt.
+
+    ``maybe_billed`` says the request may have reached the provider and been billed with no
+    usage reported (a timeout after sending, an answer cut off): its cost stays reserved.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        delay_s: float | None = None,
+        counts: bool = True,
+        maybe_billed: bool = False,
+    ) -> None:
+        super().__init__(message, delay_s=delay_s, counts=counts)
+        self.maybe_billed = maybe_billed
 
 
 class Throttled(ModelUnavailable):
@@ -201,6 +217,28 @@ class LimitExceeded(SessionStopped):
         super().__init__(f"{outcome.value} limit reached: {value:g} of {limit:g}", outcome=outcome)
         self.value = value
         self.limit = limit
+
+
+class CallOverBudget(LimitExceeded):
+    """A model call's worst-case cost does not fit in what its run's budget has left.
+
+    ``value`` is what the run would then owe at worst, ``limit`` the budget.
+    """
+
+    def __init__(
+        self, *, spent_usd: float, reserved_usd: float, call_usd: float, budget_usd: float
+    ) -> None:
+        SessionStopped.__init__(
+            self,
+            f"spent ${spent_usd:.4f} and ${max(reserved_usd, 0.0):.4f} held by calls in "
+            f"flight of ${budget_usd:.4f}: a call of up to ${call_usd:.4f} does not fit",
+            outcome=Outcome.budget,
+        )
+        self.value = spent_usd + reserved_usd + call_usd
+        self.limit = budget_usd
+        self.spent_usd = spent_usd
+        self.reserved_usd = reserved_usd
+        self.call_usd = call_usd
 
 
 class ModelPaused(SessionStopped):

@@ -282,7 +282,9 @@ class FakeGemini:
             output_tokens=answer.usage.output_tokens,
             thoughts_tokens=answer.usage.thoughts_tokens,
         )
-        return 200, wire.response_body(content, finish_reason="STOP", usage=usage, model=model)
+        return 200, wire.response_body(
+            content, finish_reason=answer.finish_reason, usage=usage, model=model
+        )
 
     def _signature(self, key: str, turn: int) -> bytes:
         """An opaque signature of 96 to 320 bytes, as long as the API's own ones run."""

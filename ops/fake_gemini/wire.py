@@ -63,6 +63,8 @@ def parse(model: str, body: Any) -> Parsed:
         tools = [types.Tool.model_validate(t) for t in _get(body, "tools") or ()]
         config = _get(body, "toolConfig")
         tool_config = types.ToolConfig.model_validate(config) if config else None
+        generation = _get(body, "generationConfig") or {}
+        max_output = _get(generation, "maxOutputTokens") if isinstance(generation, dict) else None
     except (ValidationError, TypeError, AttributeError) as exc:
         raise BadRequest(f"invalid request: {exc}") from exc
     if not contents:
@@ -91,6 +93,7 @@ def parse(model: str, body: Any) -> Parsed:
             tools=specs,
             history=history,
             tool_mode=mode,
+            max_output_tokens=int(max_output) if max_output is not None else None,
         ),
         contents=contents,
         brief=brief,

@@ -7,6 +7,7 @@ can be rebuilt on any worker and replayed offline.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -66,6 +67,13 @@ class ModelRequest:
     cached_content: str | None = None
     """An explicit cache holding the system instruction and tools, which the request then
     leaves out."""
+    max_output_tokens: int | None = None
+    """Most output tokens, thinking included, the call may produce (None: the model's own
+    limit)."""
+    may_resend: Callable[[], bool] | None = None
+    """Asked before a provider sends the request a second time within one turn (it asks
+    again after a malformed function call): False keeps the first answer. The turn loop
+    reserves the second call's cost against the run's budget here."""
 
 
 @dataclass(frozen=True)

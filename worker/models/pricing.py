@@ -102,6 +102,12 @@ class PriceTable:
         )
         return dollars / 1_000_000
 
+    def worst_case_usd(self, model: str, *, prompt_tokens: int, output_tokens: int) -> float:
+        """The most one call of ``model`` can be billed: every prompt token uncached, at the
+        rates of the prompt's length, and ``output_tokens`` of output (thinking included)."""
+        input_per_m, _, output_per_m = self.price(model).for_prompt(prompt_tokens)
+        return (prompt_tokens * input_per_m + output_tokens * output_per_m) / 1_000_000
+
     def storage_usd(self, model: str, *, tokens: int, hours: float) -> float:
         """Dollars billed for keeping an explicit cache of ``tokens`` for ``hours``."""
         return self.price(model).cache_storage_per_m_hour * tokens * max(hours, 0.0) / 1_000_000

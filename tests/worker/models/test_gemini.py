@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import httpx2
 import pytest
 from google.genai import errors, types
 
@@ -21,7 +22,7 @@ from worker.models.gemini.client import (
     make_client,
     thinking_for,
 )
-from worker.models.gemini.failures import retry_delay_s
+from worker.models.gemini.failures import classify, retry_delay_s
 from worker.models.limiter.base import LimitConfig, LocalLimiter
 from worker.states import Outcome
 
@@ -213,6 +214,48 @@ def test_a_malformed_call_is_asked_for_once_more(fake_gemini: Callable[..., Fake
     assert turn.calls and turn.finish_reason == "STOP"
     single = model.generate(_request()).usage.prompt_tokens
     assert turn.usage.prompt_tokens == 2 * single
+
+
+def test_a_second_call_the_budget_cannot_hold_is_not_sent(
+    fake_gemini: Callable[..., FakeGemini],
+) -> None:
+    # Given a malformed first answer, and a run whose budget holds no second call
+    fake = fake_gemini(faults=[FaultRule(Fault.malformed)])
+    asked: list[bool] = []
+
+    def refuse() -> bool:
+        asked.append(False)
+        return False
+
+    # When a turn is taken
+    turn = _model(fake).generate(replace(_request(), may_resend=refuse))
+    # Then the provider asked, was refused, and returned the malformed answer as it came
+    assert asked == [False]
+    assert [s.fault for s in fake.served] == ["malformed"]
+    assert turn.finish_reason == "MALFORMED_FUNCTION_CALL" and not turn.calls
+
+
+def test_the_output_limit_is_sent_and_honoured(fake_gemini: Callable[..., FakeGemini]) -> None:
+    # Given a request that allows fewer output tokens than the page the model will write
+    fake = fake_gemini()
+    history = [dashboard_brief(1, 0)]
+    model = _model(fake)
+    first = model.generate(_request(history))
+    history += [first.content, _respond(first.content)]
+    # When the turn that writes the page is asked for with a 300-token limit
+    turn = model.generate(replace(_request(history), max_output_tokens=300))
+    # Then the answer was cut off at the limit, thinking included, with no call in it
+    assert turn.finish_reason == "MAX_TOKENS" and not turn.calls
+    assert turn.usage.output_tokens + turn.usage.thoughts_tokens == 300
+
+
+def test_a_read_timeout_may_have_been_billed_and_a_refused_connection_not() -> None:
+    # Given the transport failures of a call before and after it was sent
+    before = classify(httpx2.ConnectError("refused"))
+    after = classify(httpx2.ReadTimeout("slow"))
+    # Then only the one after sending keeps its cost reserved
+    assert isinstance(before, ModelUnavailable) and not before.maybe_billed
+    assert isinstance(after, ModelUnavailable) and after.maybe_billed
 
 
 def test_thinking_is_a_level_for_gemini_3_and_a_budget_for_2_5() -> None:

@@ -119,7 +119,7 @@ class GeminiModel:
         if self.cache is not None:
             request = replace(request, cached_content=self.cache.name_for(request))
         turn = self._call_cached(request)
-        if turn.finish_reason == MALFORMED:
+        if turn.finish_reason == MALFORMED and (request.may_resend is None or request.may_resend()):
             logger.info("%s: malformed function call; asking again", request.model)
             again = self._call_cached(request)
             turn = ModelTurn(
@@ -132,12 +132,13 @@ class GeminiModel:
         return turn
 
     def config(self, request: ModelRequest) -> types.GenerateContentConfig:
-        """The request's configuration: tools, tool mode and thinking."""
+        """The request's configuration: tools, tool mode, thinking and the output limit."""
         if request.cached_content:
             # The cache holds system instruction, tools and tool config; the API refuses
             # a request that repeats them.
             return types.GenerateContentConfig(
                 cached_content=request.cached_content,
+                max_output_tokens=request.max_output_tokens,
                 automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
                 automatic_continuation=False,
                 thinking_config=thinking_for(
@@ -148,6 +149,7 @@ class GeminiModel:
             system_instruction=request.system_instruction,
             tools=[*declarations(request.tools)],
             tool_config=tool_config(request.tool_mode),
+            max_output_tokens=request.max_output_tokens,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             automatic_continuation=False,
             thinking_config=thinking_for(

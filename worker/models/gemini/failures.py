@@ -49,11 +49,19 @@ def classify(exc: BaseException) -> SwarmError | None:
     if isinstance(exc, errors.APIError):
         return _classify_api(exc)
     if isinstance(exc, httpx2.TimeoutException):
-        return ModelUnavailable(f"the Gemini API timed out: {type(exc).__name__}")
+        # Past the connection, the request may have been served and billed.
+        sent = not isinstance(exc, (httpx2.ConnectTimeout, httpx2.PoolTimeout))
+        return ModelUnavailable(
+            f"the Gemini API timed out: {type(exc).__name__}", maybe_billed=sent
+        )
     if isinstance(exc, httpx2.TransportError):
-        return ModelUnavailable(f"cannot reach the Gemini API: {type(exc).__name__}: {exc}")
+        sent = not isinstance(exc, httpx2.ConnectError)
+        return ModelUnavailable(
+            f"cannot reach the Gemini API: {type(exc).__name__}: {exc}", maybe_billed=sent
+        )
     if isinstance(exc, (ValidationError, ValueError)):
-        return ModelUnavailable(f"unreadable answer from the Gemini API: {exc}")
+        # An answer came back, cut off or garbled: the call was served.
+        return ModelUnavailable(f"unreadable answer from the Gemini API: {exc}", maybe_billed=True)
     return None
 
 

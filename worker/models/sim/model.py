@@ -13,6 +13,7 @@ import hashlib
 import json
 import random
 import time
+from dataclasses import replace
 from typing import Any
 
 from worker.config import DEFAULT_JITTER
@@ -70,6 +71,9 @@ class SimModel:
         usage = self._usage(
             request, content, random.Random(f"usage:{self.seed}:{self.index}:{turn}")
         )
+        limit = request.max_output_tokens
+        if limit is not None and usage.output_tokens + usage.thoughts_tokens > limit:
+            return _cut_off(move.text, usage, limit)
         return ModelTurn(content=content, calls=calls_of(content), text=move.text, usage=usage)
 
     def _content(self, move: Move, turn: int) -> Content:
@@ -108,3 +112,22 @@ class SimModel:
             output_tokens=output,
             thoughts_tokens=rng.randint(64, 512),
         )
+
+
+def _cut_off(text: str, usage: TokenUsage, limit: int) -> ModelTurn:
+    """The turn as the API cuts it off at ``limit`` output tokens, thinking included.
+
+    Thinking comes first; the answer that does not fit after it ends mid-way as text, with
+    no function call (the API's finish reason ``MAX_TOKENS``).
+    """
+    thoughts = min(usage.thoughts_tokens, limit)
+    output = limit - thoughts
+    kept = text[: output * CHARS_PER_TOKEN] or "[cut off at the output token limit]"
+    content: Content = {"role": "model", "parts": [{"text": kept}]}
+    return ModelTurn(
+        content=content,
+        calls=(),
+        text=kept,
+        usage=replace(usage, output_tokens=output, thoughts_tokens=thoughts),
+        finish_reason="MAX_TOKENS",
+    )
