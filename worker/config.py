@@ -16,6 +16,9 @@ from worker.errors import InputError
 _WAVE_RE = re.compile(r"^\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*$")
 #: Most sessions one run may hold.
 MAX_SESSIONS = 10_000
+#: Output tokens one model call may produce, thinking included, unless the run says: room
+#: for a 25 KB page in one call (about 6,000 tokens) and the thinking before it.
+DEFAULT_MAX_OUTPUT_TOKENS = 8192
 #: Share by which one sim call's latency varies either way of the mean, unless the run says.
 DEFAULT_JITTER = 0.2
 
@@ -100,6 +103,13 @@ class RunConfig(BaseModel):
     forecast: Literal["on", "off"] = "on"
     """With a budget, stop the run before a wave whose sessions the budget forecast says
     cannot all be paid (``worker.store.forecast``)."""
+    reserve: Literal["on", "off"] = "on"
+    """With a budget, reserve each model call's worst-case cost against it before the call
+    is sent, so that the run never spends more than its budget (``worker.store.reservations``);
+    off: the budget is checked when a turn starts, and turns in flight may pass it."""
+    max_output_tokens: int = Field(default=DEFAULT_MAX_OUTPUT_TOKENS, ge=1)
+    """Most output tokens, thinking included, one model call may produce: sent with every
+    request as its ``maxOutputTokens``, and the output a reservation holds dollars for."""
     cache_warm_cap_s: float = Field(default=8.0, ge=0)
     """Longest wait of a wave's other first turns for the warming one."""
     instances: str | None = None

@@ -1,9 +1,11 @@
 """Guards against runaway sessions: spend limits, the run budget and the loop detector.
 
 Spend limits are checked when a turn is claimed, before the model is called, so a turn
-already in flight is always paid for and recorded. The loop detector reads the session's
-event log: the first time it sees a loop the agent gets one corrective message, the
-second time the session is stopped.
+already in flight is always paid for and recorded. A run's budget is held call by call: each
+call's worst-case cost is reserved before it is sent (:mod:`worker.agent.budget`), unless
+the run turned reservations off, when the budget is checked here like the others. The loop
+detector reads the session's event log: the first time it sees a loop the agent gets one
+corrective message, the second time the session is stopped.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ class Spend:
         return self.run_cost_usd / self.run_turns if self.run_turns else 0.0
 
 
-def spend(conn: Connection, *, session_id: int, run_id: int) -> Spend:
-    """Read the session's and the run's spending from the usage rows."""
+def spend(conn: Connection, *, session_id: int, run_id: int | None) -> Spend:
+    """Read the session's and the run's spending from the usage rows (the run's only with
+    ``run_id``: a run whose calls are reserved keeps its spending on its row)."""
     tokens = (
         usage.c.prompt_tokens
         + usage.c.output_tokens
@@ -52,6 +55,8 @@ def spend(conn: Connection, *, session_id: int, run_id: int) -> Spend:
             func.coalesce(func.sum(tokens), 0), func.coalesce(func.sum(usage.c.cost_usd), 0.0)
         ).where(usage.c.session_id == session_id)
     ).one()
+    if run_id is None:
+        return Spend(int(mine[0]), float(mine[1]), 0.0, 0)
     total = conn.execute(
         select(func.coalesce(func.sum(usage.c.cost_usd), 0.0), func.count()).where(
             usage.c.run_id == run_id
@@ -77,8 +82,13 @@ def check_spend(config: RunConfig, spent: Spend, budget_usd: float | None) -> No
         LimitExceeded: its outcome is ``budget`` (the run's), ``max_tokens`` or ``max_cost``
             (the session's).
     """
-    # The next turn will cost about what an average turn has cost so far.
-    if budget_usd is not None and spent.run_cost_usd + spent.mean_turn_cost_usd >= budget_usd:
+    # The next turn will cost about what an average turn has cost so far. A run whose calls
+    # are reserved is held to its budget call by call instead (``worker.store.reservations``).
+    if (
+        budget_usd is not None
+        and config.reserve == "off"
+        and spent.run_cost_usd + spent.mean_turn_cost_usd >= budget_usd
+    ):
         raise LimitExceeded(Outcome.budget, value=spent.run_cost_usd, limit=budget_usd)
     if config.max_tokens is not None and spent.session_tokens >= config.max_tokens:
         raise LimitExceeded(Outcome.max_tokens, value=spent.session_tokens, limit=config.max_tokens)

@@ -9,13 +9,15 @@ under a green pool, the CPU of the turn's own greenlet (:mod:`worker.fleet.green
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-#: Phases of a turn, in the order it runs them; all but ``model`` are overhead.
-PHASES = ("queue", "claim", "rebuild", "model", "tools", "commit", "dispatch")
+#: Phases of a turn, in the order it runs them; all but ``model`` are overhead. ``reserve``
+#: (the model call's cost held against the run's budget) only in a run with a budget.
+PHASES = ("queue", "claim", "rebuild", "reserve", "model", "tools", "commit", "dispatch")
 #: Phases that are not the model call.
 OVERHEAD_PHASES = tuple(p for p in PHASES if p != "model")
 
@@ -26,6 +28,8 @@ class TurnTimer:
 
     phases: dict[str, float] = field(default_factory=dict)
     cpu_clock: Callable[[], float] = time.thread_time
+    cpu_phases: dict[str, float] = field(default_factory=dict)
+    """CPU milliseconds of the steps measured with :meth:`cpu_of`."""
     """Seconds of CPU the running turn has used so far (any origin)."""
     _cpu_started: float = field(init=False)
     _last: float = field(default_factory=time.perf_counter)
@@ -44,6 +48,16 @@ class TurnTimer:
     def ms(self, phase: str) -> float:
         """Milliseconds charged to ``phase`` so far."""
         return self.phases.get(phase, 0.0)
+
+    @contextmanager
+    def cpu_of(self, step: str) -> Iterator[None]:
+        """Charge the CPU the block uses to ``step`` (wall time still goes by laps)."""
+        started = self.cpu_clock()
+        try:
+            yield
+        finally:
+            used = (self.cpu_clock() - started) * 1000
+            self.cpu_phases[step] = self.cpu_phases.get(step, 0.0) + used
 
     def cpu_ms(self) -> float:
         """CPU milliseconds the turn used since the timer started."""
@@ -68,4 +82,6 @@ class TurnTimer:
             **{f"{p}_ms": self.ms(p) for p in ("claim", "rebuild", "model", "tools", "commit")},
             "dispatch_ms": dispatch_ms,
             "cpu_ms": self.cpu_ms(),
+            "reserve_ms": self.phases.get("reserve"),
+            "reserve_cpu_ms": self.cpu_phases.get("reserve"),
         }

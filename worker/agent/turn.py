@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, NamedTuple, NoReturn
@@ -17,6 +18,7 @@ from typing import Any, NamedTuple, NoReturn
 from sqlalchemy.engine import Connection
 
 from worker.agent import history, limits
+from worker.agent.budget import CallHold, worst_case_usd
 from worker.agent.events import (
     Ended,
     Event,
@@ -32,6 +34,7 @@ from worker.agent.timings import OVERHEAD_PHASES, PHASES, TurnTimer
 from worker.agent.tools import ToolContext, run_tool
 from worker.config import RunConfig
 from worker.errors import (
+    CallOverBudget,
     ConfigError,
     LimitExceeded,
     ModelFatal,
@@ -46,7 +49,7 @@ from worker.models.sim.model import SimModel
 from worker.notices import NO_CALL_NOTICE, user_text
 from worker.profiles import get_profile
 from worker.states import Outcome, RunStatus
-from worker.store import claims, due, endings, sessions, turns, warmup
+from worker.store import claims, due, endings, reservations, sessions, turns, warmup
 from worker.tasks.base import Instance, Task
 from worker.tasks.fingerprint import recorded_task
 
@@ -174,10 +177,17 @@ class _Loaded(NamedTuple):
 def _load(conn: Connection, view: sessions.SessionView) -> _Loaded:
     config = RunConfig.model_validate(view.run_config)
     # Summing the run's usage rows costs the database more with every turn of the run:
-    # only a limit to check is worth it.
-    limited = view.run_budget_usd is not None or config.max_tokens or config.max_cost_usd
-    spent = limits.spend(conn, session_id=view.id, run_id=view.run_id) if limited else None
+    # only a limit to check is worth it. A budget held by reservations needs no sum.
+    checked = view.run_budget_usd is not None and config.reserve == "off"
+    limited = checked or config.max_tokens or config.max_cost_usd
+    run_id = view.run_id if checked else None
+    spent = limits.spend(conn, session_id=view.id, run_id=run_id) if limited else None
     return _Loaded(view, config, spent)
+
+
+def _reserves(view: sessions.SessionView, config: RunConfig) -> bool:
+    """Whether the turn's model calls are reserved against the run's budget."""
+    return view.run_budget_usd is not None and config.reserve == "on"
 
 
 def _play(
@@ -216,10 +226,15 @@ def _play(
         tools=prefix.tools,
         history=tuple(history.rebuild(log)),
         tool_mode=profile.tool_mode,
+        max_output_tokens=config.max_output_tokens,
     )
     chosen = model or _model_for(rt, view, config, task)
     ledger.timer.lap("rebuild")
-    answer = _generate(rt, claim, request, chosen, retries=retries)
+    hold = None
+    if _reserves(view, config):
+        hold, request = _reserve(rt, claim, view, config, request, ledger.timer)
+        ledger.timer.lap("reserve")
+    answer = _generate(rt, claim, request, chosen, retries=retries, hold=hold)
     ledger.timer.lap("model")
     outcome = _commit(rt, claim, view, log, config, task, answer, ledger)
     return outcome, len(answer.calls)
@@ -271,10 +286,45 @@ def _model_for(rt: Runtime, view: sessions.SessionView, config: RunConfig, task:
         raise SessionStopped(str(exc), outcome=Outcome.model_error) from exc
 
 
+def _reserve(
+    rt: Runtime,
+    claim: claims.Claim,
+    view: sessions.SessionView,
+    config: RunConfig,
+    request: ModelRequest,
+    timer: TurnTimer,
+) -> tuple[CallHold, ModelRequest]:
+    """Reserve the call's worst case against the run's budget; returns the hold and the
+    request, which reserves a second call of the turn before the provider sends one.
+
+    Raises:
+        CallOverBudget: the call does not fit; it is not sent.
+    """
+    with timer.cpu_of("reserve"):
+        amount = worst_case_usd(rt.prices, request, max_output_tokens=config.max_output_tokens)
+        hold = CallHold(rt=rt, claim=claim, run_id=view.run_id, amount_usd=amount)
+        hold.first()
+
+    def again() -> bool:
+        with timer.cpu_of("reserve"):
+            return hold.again()
+
+    return hold, replace(request, may_resend=again)
+
+
 def _generate(
-    rt: Runtime, claim: claims.Claim, request: ModelRequest, model: Model, *, retries: int
+    rt: Runtime,
+    claim: claims.Claim,
+    request: ModelRequest,
+    model: Model,
+    *,
+    retries: int,
+    hold: CallHold | None = None,
 ) -> ModelTurn:
     """The model's answer; a failure becomes a stop or a retry.
+
+    A call that failed unbilled gives its reservation back; one that may have been billed
+    keeps it until the run ends.
 
     Raises:
         SessionStopped: the provider refused for good, or retries are used up.
@@ -283,6 +333,8 @@ def _generate(
     try:
         return model.generate(request)
     except ModelUnavailable as exc:
+        if hold is not None:
+            _after_failed_call(rt, claim, maybe_billed=exc.maybe_billed)
         if exc.counts and retries >= rt.settings.max_model_retries:
             raise SessionStopped(
                 f"model unavailable after {retries} retries: {exc}",
@@ -293,6 +345,15 @@ def _generate(
         raise SessionStopped(str(exc), outcome=Outcome.model_error, billed=exc.usage) from exc
     except ConfigError as exc:
         raise SessionStopped(str(exc), outcome=Outcome.model_error) from exc
+
+
+def _after_failed_call(rt: Runtime, claim: claims.Claim, *, maybe_billed: bool) -> None:
+    with rt.engine.begin() as conn:
+        keys = {"session_id": claim.session_id, "turn_no": claim.turn_no, "epoch": claim.epoch}
+        if maybe_billed:
+            reservations.keep(conn, **keys)
+        else:
+            reservations.release(conn, **keys)
 
 
 def _commit(
@@ -355,6 +416,7 @@ def _commit(
             first_seq=view.next_seq,
             usage=_usage_row(rt, view.model, usage, cost_usd, ledger.timer),
             timing=timing,
+            budgeted=view.run_budget_usd is not None,
         )
         # The next turn's queue wait starts at the fence, not when this commit began.
         committed = turns.commit_turn(
@@ -474,6 +536,9 @@ def _end(
                 items=[Ended(outcome.status.value, outcome.value, error)],
                 now=rt.clock(),
             )
+            if view.run_budget_usd is not None:
+                # What the session still holds (a dead worker's call) goes back to the run.
+                reservations.release_session(conn, session_id=claim.session_id)
             if stop.billed is not None:
                 cost_usd = rt.prices.cost_usd(view.model, stop.billed)
                 sessions.add_usage(
@@ -484,7 +549,10 @@ def _end(
                     values=_usage_row(rt, view.model, stop.billed, cost_usd, ledger.timer),
                     now=rt.clock(),
                 )
-            if isinstance(stop, LimitExceeded) and outcome is Outcome.budget:
+                reservations.add_spent(conn, run_id=view.run_id, cost_usd=cost_usd)
+            if isinstance(stop, CallOverBudget):
+                endings.record_run_stop(conn, session_id=claim.session_id, reason=f"budget: {stop}")
+            elif isinstance(stop, LimitExceeded) and outcome is Outcome.budget:
                 reason = f"budget: spent ${stop.value:.4f} of ${stop.limit:.4f}"
                 endings.record_run_stop(conn, session_id=claim.session_id, reason=reason)
     if not ended:

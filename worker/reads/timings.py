@@ -1,16 +1,17 @@
 """Where a run's turns spent their time: the timing ledger's percentiles and their course.
 
 Every committed turn has a row in ``turn_timings`` (written with its commit). The overhead
-of a turn is everything but the model call: queue wait, claim, history rebuild, tools,
-commit and dispatch. ``status`` prints its percentiles, ``report`` tabulates them per run
-(so per ladder tier) and the HTML page charts them over the run.
+of a turn is everything but the model call: queue wait, claim, history rebuild, the
+reservation of the call's cost (in a run with a budget), tools, commit and dispatch.
+``status`` prints its percentiles, ``report`` tabulates them per run (so per ladder tier)
+and the HTML page charts them over the run.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import select
@@ -75,21 +76,24 @@ class TurnTimings:
     duplicate_turn_tasks: int
     """Turn tasks that found their turn not due (sent again, or late) and did nothing."""
     over_time: OverTime
+    reserve_cpu_ms: Percentiles = field(default_factory=lambda: Percentiles(None, None, None))
+    """Worker CPU per turn of reserving its model call's cost (turns of a budgeted run)."""
 
 
 def timing_figures(conn: Connection, run_id: int, *, duplicates: int) -> TurnTimings:
     """The ledger of run ``run_id``; ``duplicates`` is the run's count of skipped turn tasks."""
     t = turn_timings
     rows = conn.execute(
-        select(t.c.claimed_at, *[t.c[f"{p}_ms"] for p in PHASES], t.c.cpu_ms)
+        select(t.c.claimed_at, *[t.c[f"{p}_ms"] for p in PHASES], t.c.cpu_ms, t.c.reserve_cpu_ms)
         .where(t.c.run_id == run_id)
         .order_by(t.c.claimed_at)
     ).all()
     phases = {
         p: [float(r[i + 1]) for r in rows if r[i + 1] is not None] for i, p in enumerate(PHASES)
     }
-    overhead = [_overhead(dict(zip(PHASES, r[1:-1], strict=True))) for r in rows]
+    overhead = [_overhead(dict(zip(PHASES, r[1:-2], strict=True))) for r in rows]
     cpu = [float(r.cpu_ms) for r in rows]
+    reserve_cpu = [float(r.reserve_cpu_ms) for r in rows if r.reserve_cpu_ms is not None]
     return TurnTimings(
         turns=len(rows),
         overhead_ms=Percentiles.of(overhead),
@@ -98,6 +102,7 @@ def timing_figures(conn: Connection, run_id: int, *, duplicates: int) -> TurnTim
         cpu_mean_ms=math.fsum(cpu) / len(cpu) if cpu else None,
         duplicate_turn_tasks=duplicates,
         over_time=_over_time([r.claimed_at for r in rows], overhead),
+        reserve_cpu_ms=Percentiles.of(reserve_cpu),
     )
 
 

@@ -41,9 +41,18 @@ def test_the_forecast_stops_a_run_before_the_wave_its_budget_cannot_pay(
     start_worker: Callable[..., WorkerProcess],
     tmp_path: Path,
 ) -> None:
-    # Given a worker, and a 3x4 run whose budget pays about half of it
+    # Given a worker, and a 3x4 run whose budget pays about half of it, checked as turns
+    # start (a call's worst case, reserved, would bind within the first wave)
     worker = start_worker(concurrency=4, SWARM_VERIFIER="static")
-    args = ("--wave", "3x4", "--sim-latency-ms", "50", "--budget-usd", str(BUDGET_USD))
+    args: tuple[str, ...] = (
+        "--wave",
+        "3x4",
+        "--sim-latency-ms",
+        "50",
+        "--budget-usd",
+        str(BUDGET_USD),
+    )
+    args += ("--reserve", "off")
     # When it runs with the forecast, and again (same seed) with the budget check alone
     forecast_run = enqueue(settings, *args, "--forecast", "on", seed=7)
     stopped = until_finished(engine, forecast_run, show=False, timeout_s=RUN_TIMEOUT_S)

@@ -161,10 +161,11 @@ def _costly(n: int) -> list[ModelTurn]:
     ]
 
 
-def test_the_run_budget_stops_new_turns_and_is_recorded(runtime: Runtime) -> None:
-    # Given a run whose budget covers two and a half turns
+def test_a_checked_run_budget_stops_new_turns_and_is_recorded(runtime: Runtime) -> None:
+    # Given a run that checks its budget as turns start (no reservations), whose budget
+    # covers two and a half turns
     turn_cost = runtime.prices.cost_usd("sim", _costly(1)[0].usage)
-    run_id, (sid,) = make_run(runtime.engine, budget_usd=turn_cost * 2.5)
+    run_id, (sid,) = make_run(runtime.engine, budget_usd=turn_cost * 2.5, reserve="off")
     # When the session keeps working
     outcomes = _turns(runtime, sid, ScriptedModel(_costly(10)))
     # Then no turn started once the next one would pass the budget
