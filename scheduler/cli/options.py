@@ -222,6 +222,8 @@ _CONFIG_FIELDS = (
     "record",
     "cache_warm",
     "forecast",
+    "reserve",
+    "max_output_tokens",
     "instances",
     "sample",
     "epochs",
@@ -340,8 +342,22 @@ def _shared_options() -> list[Callable[..., Any]]:
             "--budget-usd",
             type=click.FloatRange(min=0, min_open=True),
             default=None,
-            help="Dollars a run may spend; then no new turn starts and the "
-            "remaining sessions end stopped.",
+            help="Dollars a run may spend: each model call's worst case is reserved "
+            "before it is sent, and a session whose call does not fit ends stopped.",
+        ),
+        _choice(
+            "reserve",
+            "With --budget-usd: reserve each model call's worst-case cost before it is "
+            "sent, so the run never spends more than its budget (off: check the budget "
+            "as each turn starts; turns in flight may pass it).",
+        ),
+        click.option(
+            "--max-output-tokens",
+            type=click.IntRange(min=1),
+            default=_default("max_output_tokens"),
+            show_default=True,
+            help="Output tokens, thinking included, one model call may produce; sent with "
+            "every request, and what a reservation holds dollars for.",
         ),
         _choice(
             "forecast",

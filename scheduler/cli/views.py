@@ -108,6 +108,8 @@ def status_view(
         f"thoughts {t.thoughts:,})",
     )
     summary.add_row("turns / cost", f"{f.turns} turns, ${f.cost_usd:.4f}")
+    if f.budget is not None:
+        summary.add_row("budget", f.budget.describe())
     if f.cache_token_hours:
         summary.add_row(
             "cache storage",
@@ -228,6 +230,11 @@ def overhead_line(t: TurnTimings) -> str:
     phases = ", ".join(
         f"{p} {ms(t.phases_ms[p].p50)}" for p in ("queue", "claim", "rebuild", "tools", "commit")
     )
+    if t.reserve_cpu_ms.p50 is not None:
+        phases += (
+            f", reserve {ms(t.phases_ms['reserve'].p50)} "
+            f"(CPU p50 {ms(t.reserve_cpu_ms.p50)}, p99 {ms(t.reserve_cpu_ms.p99)})"
+        )
     return (
         f"p50 {ms(o.p50)}, p95 {ms(o.p95)}, p99 {ms(o.p99)} over {t.turns} turns "
         f"(p50 {phases}; model p50 {ms(t.phases_ms['model'].p50)}); "
@@ -259,8 +266,12 @@ def _limiter(state: LimiterState | str) -> str:
 
 
 def _progress_note(figures: RunFigures) -> str:
-    """The forecast's upper bound against the budget, and the cache alarm, if any."""
+    """What the budget holds and leaves, the forecast's upper bound against it, and the
+    cache alarm, if any."""
     note = ""
+    b = figures.budget
+    if b is not None:
+        note += f"  reserved ${b.reserved_usd:.4f}  left ${b.left_usd:.4f}"
     f = figures.forecast
     if f is not None and f.budget_usd is not None:
         note += f"  forecast ${f.projected_usd:.4f} (<= ${f.high_usd:.4f} of ${f.budget_usd:.4f})"

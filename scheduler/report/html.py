@@ -146,8 +146,17 @@ def kpis(runs: Sequence[RunFigures]) -> list[tuple[str, str, str]]:
 
 
 def _warnings(run: RunFigures | None) -> list[tuple[str, str, str]]:
-    """A single run's budget forecast and cache-share alarm, as headline cards."""
+    """A single run's budget, its forecast and its cache-share alarm, as headline cards."""
     cards = []
+    if run is not None and run.budget is not None:
+        b = run.budget
+        cards.append(
+            (
+                "budget",
+                f"{usd(b.left_usd)} left",
+                f"{usd(b.spent_usd)} spent, {usd(b.reserved_usd)} reserved of {usd(b.budget_usd)}",
+            )
+        )
     if run is not None and run.forecast is not None and run.forecast.budget_usd is not None:
         f = run.forecast
         cards.append(

@@ -247,8 +247,11 @@ def _timings_table(runs: list[RunFigures]) -> Table:
 
 
 def _notes(run: RunFigures) -> list[str]:
-    """The run's budget forecast, why it stopped, and its cache-share alarm."""
+    """The run's budget (spent, reserved, left) and forecast, why it stopped, and its
+    cache-share alarm."""
     notes = []
+    if run.budget is not None:
+        notes.append(f"run {run.run_id} budget: {run.budget.describe()}")
     if run.forecast is not None and run.forecast.budget_usd is not None:
         notes.append(f"run {run.run_id} forecast: {run.forecast.describe()}")
     if run.stop_reason:

@@ -28,7 +28,7 @@ from worker.reads.figures import SessionCounts, run_figures
 from worker.settings import Settings
 from worker.states import CostBucket, Outcome, RunStatus, SessionStatus
 from worker.store.engine import make_engine, migrate
-from worker.store.tables import sessions
+from worker.store.tables import runs, sessions
 
 
 @pytest.fixture
@@ -133,3 +133,25 @@ def test_the_report_imports_downward_only() -> None:
         assert not {m for m in imported if m == "click" or m.startswith("scheduler.cli")}, module
     internal = {m: {i for i in imported if i in graph} for m, imported in graph.items()}
     list(TopologicalSorter(internal).static_order())  # raises CycleError on a cycle
+
+
+def test_status_and_report_show_spent_reserved_and_left(sqlite: tuple[Settings, Engine]) -> None:
+    # Given a budgeted run that spent $0.10 and holds $0.25 for a call in flight
+    settings, engine = sqlite
+    run_id, _ = make_run(engine, budget_usd=1.0)
+    with engine.begin() as conn:
+        conn.execute(
+            update(runs).where(runs.c.id == run_id).values(spent_usd=0.1, reserved_usd=0.25)
+        )
+    # When status (text and JSON) and report read it
+    base = ["--database-url", settings.database_url]
+    status = CliRunner().invoke(cli, [*base, "status", str(run_id)])
+    as_json = CliRunner().invoke(cli, [*base, "status", str(run_id), "--json"])
+    report = CliRunner().invoke(cli, [*base, "report", str(run_id)])
+    # Then each shows what was spent, what is reserved and what is left
+    line = "$0.1000 spent, $0.2500 reserved, $0.6500 left of $1.0000"
+    assert status.exit_code == 0 and line in " ".join(status.output.split())
+    assert report.exit_code == 0 and f"run {run_id} budget: {line}" in report.output
+    budget = json.loads(as_json.output)["budget"]
+    assert budget["reserves"] is True
+    assert budget["left_usd"] == pytest.approx(0.65)

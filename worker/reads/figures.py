@@ -12,10 +12,10 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, or_, select
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Row
 
 from worker.errors import RunNotFound
 from worker.models.base import TokenUsage
@@ -51,6 +51,40 @@ __all__ = [
     "WaveFigures",
     "run_figures",
 ]
+
+
+@dataclass(frozen=True)
+class BudgetFigures:
+    """Where a run with a budget stands: spent, held by calls in flight, and left."""
+
+    budget_usd: float
+    spent_usd: float
+    """The dollars of the run's usage rows."""
+    reserved_usd: float
+    """The worst case of its calls in flight (and of calls whose outcome is not known)."""
+    left_usd: float
+    """What the budget leaves for calls not yet reserved."""
+    reserves: bool
+    """Calls are reserved before they are sent; False: checked as each turn starts."""
+
+    def describe(self) -> str:
+        """One line: spent, reserved and left of the budget."""
+        text = (
+            f"${self.spent_usd:.4f} spent, ${self.reserved_usd:.4f} reserved, "
+            f"${self.left_usd:.4f} left of ${self.budget_usd:.4f}"
+        )
+        return text if self.reserves else text + " (checked per turn, not reserved)"
+
+
+def _budget(run: Row[Any], cost_usd: float) -> BudgetFigures | None:
+    if run.budget_usd is None:
+        return None
+    spent = float(run.spent_usd) if run.spent_usd is not None else cost_usd
+    # A sum of holds added and taken away may leave a rounding crumb below zero.
+    reserved = max(float(run.reserved_usd or 0.0), 0.0)
+    reserves = run.config.get("reserve", "on") == "on"
+    budget = float(run.budget_usd)
+    return BudgetFigures(budget, spent, reserved, budget - spent - reserved, reserves)
 
 
 @dataclass(frozen=True)
@@ -195,6 +229,8 @@ class RunFigures:
     """How the sessions scored on the run's task."""
     ended_in_error: tuple[EndedInError, ...] = ()
     """Why sessions ended in error, the commonest reason first."""
+    budget: BudgetFigures | None = None
+    """With a budget: spent, reserved and left."""
 
     @property
     def total_usd(self) -> float:
@@ -264,6 +300,7 @@ def run_figures(conn: Connection, run_id: int, *, prices: PriceTable) -> RunFigu
         cache_alarm=cache_alarm(conn, run_id=run_id),
         task=task_figures(conn, run_id, cost_usd=cost),
         ended_in_error=_ended_in_error(conn, run_id),
+        budget=_budget(run, cost),
     )
 
 
