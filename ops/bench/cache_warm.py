@@ -64,8 +64,11 @@ def measure(
     verifier: str,
     timeout_s: float,
     budget_usd: float | None = None,
+    concurrency: int = 100,
+    pool: str = "threads",
 ) -> dict[str, Any]:
-    """One run of ``config`` on a fresh fake Gemini API (same seed) and a fresh worker."""
+    """One run of ``config`` on a fresh fake Gemini API (same seed) and a fresh worker
+    (``concurrency`` slots of ``pool``)."""
     rt = create_app(Settings(database_url=database_url, broker_url=redis_url)).runtime
     with FakeGemini(sim=SimConfig(seed=config.seed, latency_ms=latency_ms)) as fake:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
@@ -76,7 +79,7 @@ def measure(
             SWARM_VERIFIER=verifier,
             GEMINI_API_KEY="bench-key",
         )
-        worker = Worker(env, interval_s=1.0)
+        worker = Worker(env, interval_s=1.0, concurrency=concurrency, pool=pool)
         try:
             worker.wait_ready()
             started = time.monotonic()
@@ -94,6 +97,7 @@ def measure(
     with rt.engine.connect() as conn:
         first = first_turns(conn, run_id=run_id)
     rt.engine.dispose()
+    timings = figures.timings
     return {
         "first_turns": first.turns,
         "first_turn_share": round(first.cache_share or 0.0, 4),
@@ -106,6 +110,11 @@ def measure(
         "stop_reason": figures.stop_reason,
         "log_alerts": len(worker.alerts),
         "alerts": worker.alerts[:20],
+        # The reservation's share of a turn (turns of a run whose calls are reserved).
+        "reserve_ms_p50": timings.phases_ms["reserve"].p50 if timings else None,
+        "reserve_cpu_ms_p50": timings.reserve_cpu_ms.p50 if timings else None,
+        "reserve_cpu_ms_p99": timings.reserve_cpu_ms.p99 if timings else None,
+        "reserved_usd_at_end": figures.budget.reserved_usd if figures.budget else None,
     }
 
 
