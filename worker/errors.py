@@ -14,6 +14,7 @@
     │   │   ├── RateLimited    the provider asked us to slow down
     │   │   ├── Throttled      the fleet's own limiter asks the call to wait (uses no retry)
     │   │   └── LimiterUnavailable  the limiter's Redis cannot be reached
+    │   ├── BudgetHeld         a call fits once the calls in flight settle (uses no retry)
     │   ├── BrowserUnavailable the verifier's browser failed to launch or died
     │   │   └── RendererStarved the machine, not the page, kept the frame rate too low
     │   ├── SandboxUnavailable the Python sandbox could not be built, or failed before the test
@@ -217,6 +218,15 @@ class LimitExceeded(SessionStopped):
         super().__init__(f"{outcome.value} limit reached: {value:g} of {limit:g}", outcome=outcome)
         self.value = value
         self.limit = limit
+
+
+class BudgetHeld(TransientError):
+    """A model call does not fit now only because calls in flight hold the rest of the
+    budget: once they settle (their worst cases become what they were billed) it may fit,
+    so the turn waits instead of ending its session. A wait uses no retry."""
+
+    def __init__(self, message: str, *, delay_s: float) -> None:
+        super().__init__(message, delay_s=delay_s, counts=False)
 
 
 class CallOverBudget(LimitExceeded):

@@ -6,8 +6,11 @@ output rate, at the price tier the prompt's length falls in. The prompt is count
 sending from its characters, at :data:`CHARS_PER_TOKEN_FLOOR`: fewer characters a token
 than Gemini's tokenizer takes on text, code or JSON, so the count is an upper bound.
 
-A call whose reservation does not fit is not sent: the session ends ``stopped``
-(``budget``). The turn's commit settles the reservation (:mod:`worker.store.turns`);
+A call whose reservation does not fit is not sent. When only the holds of calls in flight
+keep it out, the turn waits for them to settle (:class:`~worker.errors.BudgetHeld`, which
+uses no retry): they hold their worst case and are billed far less. When what was spent,
+with what calls of unknown outcome keep, leaves no room for it, the session ends
+``stopped`` (``budget``). The turn's commit settles the reservation (:mod:`worker.store.turns`);
 :class:`CallHold` releases it when the call failed unbilled, and keeps it when the call
 may have been billed with no usage to show for it.
 """
@@ -19,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from worker.errors import CallOverBudget
+from worker.errors import BudgetHeld, CallOverBudget
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelRequest
 from worker.models.pricing import PriceTable
@@ -86,10 +89,20 @@ class CallHold:
         """Reserve the turn's first call.
 
         Raises:
-            CallOverBudget: it does not fit in what the budget has left (outcome ``budget``);
-                nothing was reserved.
+            BudgetHeld: it does not fit only because calls in flight hold the rest of the
+                budget; nothing was reserved, and the turn waits for them.
+            CallOverBudget: it does not fit in what the budget has left once every call in
+                flight settled (outcome ``budget``); nothing was reserved.
         """
         hold = self._reserve()
+        if hold.settles_to_fit:
+            # Calls in flight hold their worst case and are mostly billed far less: once
+            # they settle this one may fit, so it waits rather than ending its session.
+            raise BudgetHeld(
+                f"budget: ${hold.reserved_usd:.4f} held by calls in flight; a call of up to "
+                f"${self.amount_usd:.4f} waits for them to settle",
+                delay_s=self.rt.settings.retry_backoff_s,
+            )
         if not hold.fits:
             raise CallOverBudget(
                 spent_usd=hold.spent_usd,

@@ -34,6 +34,7 @@ from worker.agent.timings import OVERHEAD_PHASES, PHASES, TurnTimer
 from worker.agent.tools import ToolContext, run_tool
 from worker.config import RunConfig
 from worker.errors import (
+    BudgetHeld,
     CallOverBudget,
     ConfigError,
     LimitExceeded,
@@ -232,7 +233,7 @@ def _play(
     ledger.timer.lap("rebuild")
     hold = None
     if _reserves(view, config):
-        hold, request = _reserve(rt, claim, view, config, request, ledger.timer)
+        hold, request = _reserve(rt, claim, view, config, request, ledger.timer, retries)
         ledger.timer.lap("reserve")
     answer = _generate(rt, claim, request, chosen, retries=retries, hold=hold)
     ledger.timer.lap("model")
@@ -293,17 +294,22 @@ def _reserve(
     config: RunConfig,
     request: ModelRequest,
     timer: TurnTimer,
+    retries: int,
 ) -> tuple[CallHold, ModelRequest]:
     """Reserve the call's worst case against the run's budget; returns the hold and the
     request, which reserves a second call of the turn before the provider sends one.
 
     Raises:
         CallOverBudget: the call does not fit; it is not sent.
+        TransientError: calls in flight hold what it needs; the turn waits for them.
     """
     with timer.cpu_of("reserve"):
         amount = worst_case_usd(rt.prices, request, max_output_tokens=config.max_output_tokens)
         hold = CallHold(rt=rt, claim=claim, run_id=view.run_id, amount_usd=amount)
-        hold.first()
+        try:
+            hold.first()
+        except BudgetHeld as exc:
+            _retry_later(rt, claim, exc, retries)
 
     def again() -> bool:
         with timer.cpu_of("reserve"):
@@ -579,7 +585,13 @@ def _retry_later(rt: Runtime, claim: claims.Claim, exc: TransientError, retries:
             counted=exc.counts,
             retry_at=rt.clock() + timedelta(seconds=delay_s),
         )
-    logger.warning(
-        "turn %s/%s: %s; retrying in %.1fs", claim.session_id, claim.turn_no, exc, delay_s
+    # A wait for the budget's holds is the budget working, not a fault to alert on.
+    logger.log(
+        logging.INFO if isinstance(exc, BudgetHeld) else logging.WARNING,
+        "turn %s/%s: %s; retrying in %.1fs",
+        claim.session_id,
+        claim.turn_no,
+        exc,
+        delay_s,
     )
     raise TransientError(str(exc), delay_s=delay_s, counts=exc.counts) from exc

@@ -28,7 +28,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
-from sqlalchemy import BigInteger, Float, Integer, bindparam, delete, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Integer,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -66,6 +76,18 @@ class Hold:
     spent_usd: float
     reserved_usd: float
     """Every hold of the run, this one included when it fits."""
+    kept_usd: float = 0.0
+    """Of ``reserved_usd``, what calls of unknown outcome keep until the run ends (read
+    only when the call does not fit)."""
+
+    asked_usd: float = 0.0
+    """The call's own worst case (read only when it does not fit)."""
+
+    @property
+    def settles_to_fit(self) -> bool:
+        """A refused call would fit once every call in flight settled at no cost: what
+        blocks it are holds that will be settled or released, not what was spent."""
+        return not self.fits and self.spent_usd + self.kept_usd + self.asked_usd <= self.budget_usd
 
     @property
     def left_usd(self) -> float:
@@ -117,6 +139,9 @@ _GROW_HOLD = (
 _FIGURES = select(runs.c.budget_usd, runs.c.spent_usd, runs.c.reserved_usd).where(
     runs.c.id == _RUN_ID
 )
+_KEPT = select(func.coalesce(func.sum(reservations.c.amount_usd), 0.0)).where(
+    reservations.c.run_id == _RUN_ID, reservations.c.state == HoldState.unknown.value
+)
 
 
 def reserve(
@@ -164,7 +189,7 @@ def reserve(
             row = conn.execute(_RESERVE_PG, params).first()
             if row is not None:
                 return Hold(True, row.budget_usd, row.spent_usd, row.reserved_usd)
-            return _refused(conn, run_id)
+            return _refused(conn, run_id, amount_usd)
     with conn.begin():
         if stale:
             _free(
@@ -175,7 +200,7 @@ def reserve(
             )
         row = conn.execute(_HOLD_ON_RUN, params).first()
         if row is None:
-            return _refused(conn, run_id)
+            return _refused(conn, run_id, amount_usd)
         if again:
             conn.execute(_GROW_HOLD, params)
         else:
@@ -194,9 +219,12 @@ def reserve(
         return Hold(True, row.budget_usd, row.spent_usd, row.reserved_usd)
 
 
-def _refused(conn: Connection, run_id: int) -> Hold:
+def _refused(conn: Connection, run_id: int, amount_usd: float) -> Hold:
     row = conn.execute(_FIGURES, {"b_run_id": run_id}).one()
-    return Hold(False, row.budget_usd, row.spent_usd, row.reserved_usd)
+    kept = conn.execute(_KEPT, {"b_run_id": run_id}).scalar_one()
+    return Hold(
+        False, row.budget_usd, row.spent_usd, row.reserved_usd, float(kept), asked_usd=amount_usd
+    )
 
 
 def settle(

@@ -14,6 +14,7 @@ from worker.agent.turn import run_turn
 from worker.errors import ModelUnavailable, TransientError
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelRequest, ModelTurn
+from worker.store import reservations as reservations_store
 from worker.store.tables import reservations, runs, sessions, turn_timings, usage
 
 pytestmark = pytest.mark.services
@@ -187,3 +188,56 @@ def test_a_second_call_of_a_turn_is_reserved_before_it_is_sent(runtime: Runtime)
     assert allowed and twice == pytest.approx(2 * once)
     ledger = _ledger(runtime, run_id)
     assert ledger["reserved"] == pytest.approx(0.0) and ledger["held"] == []
+
+
+@pytest.mark.parametrize("settles", [True, False])
+def test_a_call_kept_out_by_calls_in_flight_waits_for_them(runtime: Runtime, settles: bool) -> None:
+    # Given a budgeted run of two sessions, the first of which has a call out that holds
+    # most of the budget: one that will settle, or one of unknown outcome kept until the end
+    worst = _first_worst_case(runtime)
+    run_id, (first, second) = make_run(
+        runtime.engine, waves="1x2", budget_usd=worst * 1.5, max_output_tokens=MAX_OUTPUT_TOKENS
+    )
+    with runtime.engine.connect() as conn:
+        held = reservations_store.reserve(
+            conn,
+            run_id=run_id,
+            session_id=first,
+            turn_no=0,
+            epoch=1,
+            amount_usd=worst,
+            now=runtime.clock(),
+        )
+    assert held.fits
+    if not settles:
+        with runtime.engine.begin() as conn:
+            reservations_store.keep(conn, session_id=first, turn_no=0, epoch=1)
+    model = ScriptedModel(_turns(2))
+    # When the second session's first turn runs
+    if settles:
+        with pytest.raises(TransientError):
+            run_turn(rt=runtime, session_id=second, turn_no=0, model=model)
+    else:
+        outcome = run_turn(rt=runtime, session_id=second, turn_no=0, model=model)
+    # Then its call was not sent
+    assert model.requests == []
+    with runtime.engine.connect() as conn:
+        row = conn.execute(select(sessions).where(sessions.c.id == second)).one()
+    if not settles:
+        # and a hold that never settles leaves no room: the session stopped on the budget
+        assert outcome.value == "ended" and (row.status, row.outcome) == ("stopped", "budget")
+        return
+    # and the session waits, its turn handed back for later, no retry used
+    assert row.status == "running" and row.outcome is None and row.model_retries == 0
+    assert row.dispatched_at > runtime.clock()
+    # When the call in flight settles, and the waiting turn runs again
+    with runtime.engine.begin() as conn:
+        reservations_store.release(conn, session_id=first, turn_no=0, epoch=1)
+        conn.execute(
+            sessions.update().where(sessions.c.id == second).values(dispatched_at=runtime.clock())
+        )
+    # Then its call fits, is sent and is settled
+    assert run_turn(rt=runtime, session_id=second, turn_no=0, model=model).value == "committed"
+    assert len(model.requests) == 1
+    ledger = _ledger(runtime, run_id)
+    assert ledger["held"] == [] and ledger["spent"] == pytest.approx(ledger["billed"])
