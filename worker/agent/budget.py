@@ -18,46 +18,17 @@ may have been billed with no usage to show for it.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
-from typing import Any
 
 from worker.errors import BudgetHeld, CallOverBudget
 from worker.fleet.runtime import Runtime
-from worker.models.base import ModelRequest
+from worker.models.base import CHARS_PER_TOKEN_FLOOR, ModelRequest, prompt_tokens_bound
 from worker.models.pricing import PriceTable
 from worker.store import claims, reservations
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["CHARS_PER_TOKEN_FLOOR", "CallHold", "prompt_tokens_bound", "worst_case_usd"]
-
-#: Characters per token below any Gemini tokenizer's average on prose, code or JSON (about
-#: four on English, three and a half on code): a prompt has at most its characters divided
-#: by this many tokens.
-CHARS_PER_TOKEN_FLOOR = 3
-
-
-def prompt_tokens_bound(request: ModelRequest) -> int:
-    """The most tokens ``request``'s prompt can count: prefix, tools and history."""
-    chars = (
-        len(request.system_instruction)
-        + sum(len(t.name) + len(t.description) + _chars(t.parameters) for t in request.tools)
-        + sum(_chars(c) for c in request.history)
-    )
-    return math.ceil(chars / CHARS_PER_TOKEN_FLOOR)
-
-
-def _chars(value: Any) -> int:
-    """About the length of ``value`` as JSON, without serialising it: a history's text is
-    a few long strings in a few dozen nodes, so a walk costs a tenth of ``json.dumps``."""
-    if isinstance(value, str):
-        return len(value) + 2
-    if isinstance(value, dict):
-        return 2 + sum(len(k) + 4 + _chars(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return 2 + sum(_chars(v) + 2 for v in value)
-    return 8
 
 
 def worst_case_usd(prices: PriceTable, request: ModelRequest, *, max_output_tokens: int) -> float:

@@ -94,7 +94,7 @@ class Runtime:
     @cached_property
     def providers(self) -> Providers:
         """The process's model clients, shared by every turn."""
-        return Providers(self.settings, engine=self.engine)
+        return Providers(self.settings, engine=self.engine, prices=self.prices)
 
     def send_all(self, items: Iterable[due.Dispatch]) -> int:
         """Send tasks after their transaction committed; a lost send is the reconciler's."""

@@ -7,6 +7,7 @@ can be rebuilt on any worker and replayed offline.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -109,3 +110,31 @@ def calls_of(content: Content) -> tuple[FunctionCall, ...]:
         if call:
             found.append(FunctionCall(call["name"], dict(call.get("args") or {}), call.get("id")))
     return tuple(found)
+
+
+#: Characters per token below any Gemini tokenizer's average on prose, code or JSON (about
+#: four on English, three and a half on code): a prompt has at most its characters divided
+#: by this many tokens.
+CHARS_PER_TOKEN_FLOOR = 3
+
+
+def prompt_tokens_bound(request: ModelRequest) -> int:
+    """The most tokens ``request``'s prompt can count: prefix, tools and history."""
+    chars = (
+        len(request.system_instruction)
+        + sum(len(t.name) + len(t.description) + _chars(t.parameters) for t in request.tools)
+        + sum(_chars(c) for c in request.history)
+    )
+    return math.ceil(chars / CHARS_PER_TOKEN_FLOOR)
+
+
+def _chars(value: Any) -> int:
+    """About the length of ``value`` as JSON, without serialising it: a history's text is
+    a few long strings in a few dozen nodes, so a walk costs a tenth of ``json.dumps``."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        return 2 + sum(len(k) + 4 + _chars(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return 2 + sum(_chars(v) + 2 for v in value)
+    return 8

@@ -48,11 +48,20 @@ class Providers:
 
     Args:
         settings: The process's settings.
+        engine: The database, where a run's explicit cache is recorded.
+        prices: The price table a budgeted run's cache storage is counted at.
     """
 
-    def __init__(self, settings: Settings, *, engine: Engine | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        engine: Engine | None = None,
+        prices: PriceTable | None = None,
+    ) -> None:
         self.settings = settings
         self.engine = engine
+        self.prices = prices
         self._lock = threading.Lock()
 
     def model_for(
@@ -136,7 +145,14 @@ class Providers:
     def _run_cache(self, run_id: int) -> RunCache:
         if self.engine is None:
             raise ConfigError("an explicit context cache needs the database")
-        return RunCache(engine=self.engine, run_id=run_id, create=self._create_cache, clock=utcnow)
+        return RunCache(
+            engine=self.engine,
+            run_id=run_id,
+            create=self._create_cache,
+            clock=utcnow,
+            prices=self.prices,
+            ttl_s=self.settings.cache_ttl_s,
+        )
 
     def _create_cache(self, request: ModelRequest, display_name: str) -> CachedPrefix:
         from worker.models.gemini.client import create_cache

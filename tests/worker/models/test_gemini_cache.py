@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -12,12 +13,13 @@ from sqlalchemy import Engine, select
 from ops.fake_gemini import FakeGemini
 from tests.factories import make_run
 from tests.worker.models.test_gemini import CANARY, _request
-from worker.models.base import ModelRequest
+from worker.models.base import ModelRequest, prompt_tokens_bound
 from worker.models.gemini.cache import RunCache
 from worker.models.gemini.client import CachedPrefix, GeminiModel, create_cache, make_client
 from worker.models.limiter.base import LimitConfig, LocalLimiter
+from worker.models.pricing import PriceTable
 from worker.store.engine import utcnow
-from worker.store.tables import caches
+from worker.store.tables import caches, runs
 
 pytestmark = pytest.mark.services
 
@@ -230,3 +232,38 @@ def test_a_cache_ttl_within_the_margin_is_refused_at_start_up() -> None:
     assert started.returncode != 0
     assert started.stderr.strip().splitlines()[-1].startswith("error: SWARM_CACHE_TTL_S: must")
     assert "Traceback" not in started.stderr
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_a_budgeted_run_pays_for_its_cache_through_the_budget(engine: Engine, fits: bool) -> None:
+    # Given a budgeted run whose prefix would cost `worst` to keep for the cache's lifetime
+    prices = PriceTable.load()
+    request = _request(model=MODEL)
+    ttl_s = 3600.0
+    worst = prices.storage_usd(
+        MODEL, tokens=prompt_tokens_bound(replace(request, history=())), hours=ttl_s / 3600
+    )
+    budget = worst * 4 if fits else worst * 0.5
+    run_id, _ = make_run(engine, model=MODEL, cache="explicit", budget_usd=budget)
+    made: list[str] = []
+
+    def create(req: ModelRequest, display_name: str) -> CachedPrefix:
+        made.append(display_name)
+        now = utcnow()
+        return CachedPrefix("cachedContents/c1", 900, now + timedelta(seconds=ttl_s), now)
+
+    cache = RunCache(
+        engine=engine, run_id=run_id, create=create, clock=utcnow, prices=prices, ttl_s=ttl_s
+    )
+    # When a turn asks for the run's cache
+    name = cache.name_for(request)
+    with engine.connect() as conn:
+        spent = conn.execute(select(runs.c.spent_usd).where(runs.c.id == run_id)).scalar_one()
+    if fits:
+        # Then it was made, and its storage for its lifetime is spent on the run's ledger
+        assert name == "cachedContents/c1" and len(made) == 1
+        assert spent == pytest.approx(prices.storage_usd(MODEL, tokens=900, hours=1.0))
+    else:
+        # Then a cache the budget cannot pay for is never made: the prefix goes with each
+        # request, and nothing is spent
+        assert name is None and made == [] and spent == 0.0

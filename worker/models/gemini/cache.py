@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -18,8 +19,10 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.engine import Connection
 
 from worker.errors import SwarmError
-from worker.models.base import ModelRequest
+from worker.models.base import ModelRequest, prompt_tokens_bound
+from worker.models.pricing import PriceTable
 from worker.settings import CACHE_EXPIRY_MARGIN_S
+from worker.store import reservations
 from worker.store.tables import caches, runs
 
 if TYPE_CHECKING:
@@ -40,6 +43,9 @@ class RunCache:
         run_id: The run.
         create: Caches a request's prefix at the provider.
         clock: The current time (UTC).
+        prices: Prices of the cache's storage: with them, a run with a budget pays for its
+            cache through the budget's ledger (None: the cache is not counted there).
+        ttl_s: How long the provider is asked to keep a cache.
     """
 
     def __init__(
@@ -49,11 +55,15 @@ class RunCache:
         run_id: int,
         create: Callable[[ModelRequest, str], CachedPrefix],
         clock: Callable[[], datetime],
+        prices: PriceTable | None = None,
+        ttl_s: float | None = None,
     ) -> None:
         self.engine = engine
         self.run_id = run_id
         self.create = create
         self.clock = clock
+        self.prices = prices
+        self.ttl_s = ttl_s
 
     def name_for(self, request: ModelRequest) -> str | None:
         """The name of the run's cache, created at the provider by the first turn that asks.
@@ -87,6 +97,8 @@ class RunCache:
                 return name
             if _too_short(conn, self.run_id):
                 return None
+            if not self._fits(conn, request):
+                return None
             created = self.create(request, f"swarm run {self.run_id}")
             lifetime_s = created.lifetime_s
             expires_at = (
@@ -94,6 +106,7 @@ class RunCache:
                 if lifetime_s is not None
                 else created.expires_at
             )
+            self._spend(conn, request.model, created.tokens, now=now, expires_at=expires_at)
             values = {
                 "model": request.model,
                 "name": created.name,
@@ -121,6 +134,52 @@ class RunCache:
             "run %s: cached its prefix as %s (%d tokens)", self.run_id, created.name, created.tokens
         )
         return created.name
+
+    def _fits(self, conn: Connection, request: ModelRequest) -> bool:
+        """Whether a budgeted run can pay for a cache of the prefix for its whole lifetime.
+
+        Storage is billed like a call, so it goes through the budget's ledger: the cache's
+        worst case (the prefix's upper-bound token count, kept for ``ttl_s``) must fit in
+        what is neither spent nor held by calls in flight. The run's row is locked here.
+        """
+        if self.prices is None or self.ttl_s is None:
+            return True
+        row = conn.execute(
+            select(runs.c.budget_usd, runs.c.spent_usd, runs.c.reserved_usd).where(
+                runs.c.id == self.run_id
+            )
+        ).one()
+        if row.budget_usd is None or row.spent_usd is None:
+            return True
+        prefix = replace(request, history=())
+        worst_usd = self.prices.storage_usd(
+            request.model, tokens=prompt_tokens_bound(prefix), hours=self.ttl_s / 3600
+        )
+        if row.spent_usd + (row.reserved_usd or 0.0) + worst_usd <= row.budget_usd:
+            return True
+        logger.info(
+            "run %s: no cache of its prefix, whose storage of up to $%.4f does not fit in its "
+            "budget: the run sends its prefix with each request",
+            self.run_id,
+            worst_usd,
+        )
+        return False
+
+    def _spend(
+        self,
+        conn: Connection,
+        model: str,
+        tokens: int,
+        *,
+        now: datetime,
+        expires_at: datetime | None,
+    ) -> None:
+        """Count the new cache's storage for its lifetime as spent by its budgeted run."""
+        if self.prices is None or self.ttl_s is None:
+            return
+        lifetime_s = (expires_at - now).total_seconds() if expires_at is not None else self.ttl_s
+        cost_usd = self.prices.storage_usd(model, tokens=tokens, hours=lifetime_s / 3600)
+        reservations.add_spent(conn, run_id=self.run_id, cost_usd=cost_usd)
 
     def forget(self, name: str) -> None:
         """Record that the provider no longer has cache ``name`` (it answered "not found").
