@@ -7,12 +7,13 @@ sending from its characters, at :data:`CHARS_PER_TOKEN_FLOOR`: fewer characters 
 than Gemini's tokenizer takes on text, code or JSON, so the count is an upper bound.
 
 A call whose reservation does not fit is not sent. When only the holds of calls in flight
-keep it out, the turn waits for them to settle (:class:`~worker.errors.BudgetHeld`, which
-uses no retry): they hold their worst case and are billed far less. When what was spent,
-with what calls of unknown outcome keep, leaves no room for it, the session ends
-``stopped`` (``budget``). The turn's commit settles the reservation (:mod:`worker.store.turns`);
-:class:`CallHold` releases it when the call failed unbilled, and keeps it when the call
-may have been billed with no usage to show for it.
+keep it out and its session is under way (past its first turn), the turn waits for them to
+settle (:class:`~worker.errors.BudgetHeld`, which uses no retry): they hold their worst
+case and are billed far less. Otherwise (a session yet to start, or no room left once
+the calls in flight settled) the session ends ``stopped`` (``budget``). The turn's commit
+settles the reservation (:mod:`worker.store.turns`); :class:`CallHold` releases it when the
+call failed unbilled, and keeps it when the call may have been billed with no usage to show
+for it.
 """
 
 from __future__ import annotations
@@ -60,15 +61,19 @@ class CallHold:
         """Reserve the turn's first call.
 
         Raises:
-            BudgetHeld: it does not fit only because calls in flight hold the rest of the
-                budget; nothing was reserved, and the turn waits for them.
+            BudgetHeld: a session under way whose call does not fit only because calls in
+                flight hold the rest of the budget; nothing was reserved, and the turn waits
+                for them.
             CallOverBudget: it does not fit in what the budget has left once every call in
                 flight settled (outcome ``budget``); nothing was reserved.
         """
         hold = self._reserve()
-        if hold.settles_to_fit:
+        if hold.settles_to_fit and self.claim.turn_no > 0:
             # Calls in flight hold their worst case and are mostly billed far less: once
-            # they settle this one may fit, so it waits rather than ending its session.
+            # they settle this one may fit, so a session under way waits rather than end
+            # with its spending sunk. A session yet to start does not start: what is left
+            # goes to the sessions under way so that they finish, rather than spread over
+            # every session of a wide wave until none does.
             raise BudgetHeld(
                 f"budget: ${hold.reserved_usd:.4f} held by calls in flight; a call of up to "
                 f"${self.amount_usd:.4f} waits for them to settle",

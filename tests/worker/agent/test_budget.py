@@ -190,14 +190,23 @@ def test_a_second_call_of_a_turn_is_reserved_before_it_is_sent(runtime: Runtime)
     assert ledger["reserved"] == pytest.approx(0.0) and ledger["held"] == []
 
 
-@pytest.mark.parametrize("settles", [True, False])
-def test_a_call_kept_out_by_calls_in_flight_waits_for_them(runtime: Runtime, settles: bool) -> None:
-    # Given a budgeted run of two sessions, the first of which has a call out that holds
-    # most of the budget: one that will settle, or one of unknown outcome kept until the end
+@pytest.mark.parametrize("case", ["settles", "kept", "not started"])
+def test_a_session_under_way_kept_out_by_calls_in_flight_waits_for_them(
+    runtime: Runtime, case: str
+) -> None:
+    # Given a budgeted run of two sessions, the second under way (its first turn paid) unless
+    # it has not started, and the first with a call out that holds the rest of the budget:
+    # one that will settle, or one of unknown outcome kept until the run ends
     worst = _first_worst_case(runtime)
     run_id, (first, second) = make_run(
-        runtime.engine, waves="1x2", budget_usd=worst * 1.5, max_output_tokens=MAX_OUTPUT_TOKENS
+        runtime.engine, waves="1x2", budget_usd=worst * 3, max_output_tokens=MAX_OUTPUT_TOKENS
     )
+    model = ScriptedModel(_turns(3))
+    turn = 0
+    if case != "not started":
+        assert run_turn(rt=runtime, session_id=second, turn_no=0, model=model).value == "committed"
+        turn = 1
+    left = _ledger(runtime, run_id)
     with runtime.engine.connect() as conn:
         held = reservations_store.reserve(
             conn,
@@ -205,26 +214,27 @@ def test_a_call_kept_out_by_calls_in_flight_waits_for_them(runtime: Runtime, set
             session_id=first,
             turn_no=0,
             epoch=1,
-            amount_usd=worst,
+            amount_usd=worst * 3 - left["spent"] - worst * 0.1,
             now=runtime.clock(),
         )
     assert held.fits
-    if not settles:
+    if case == "kept":
         with runtime.engine.begin() as conn:
             reservations_store.keep(conn, session_id=first, turn_no=0, epoch=1)
-    model = ScriptedModel(_turns(2))
-    # When the second session's first turn runs
-    if settles:
+    sent = len(model.requests)
+    # When the second session's next turn runs
+    if case == "settles":
         with pytest.raises(TransientError):
-            run_turn(rt=runtime, session_id=second, turn_no=0, model=model)
+            run_turn(rt=runtime, session_id=second, turn_no=turn, model=model)
     else:
-        outcome = run_turn(rt=runtime, session_id=second, turn_no=0, model=model)
+        outcome = run_turn(rt=runtime, session_id=second, turn_no=turn, model=model)
     # Then its call was not sent
-    assert model.requests == []
+    assert len(model.requests) == sent
     with runtime.engine.connect() as conn:
         row = conn.execute(select(sessions).where(sessions.c.id == second)).one()
-    if not settles:
-        # and a hold that never settles leaves no room: the session stopped on the budget
+    if case != "settles":
+        # and a hold that never settles, or a session yet to start, leaves it no call: the
+        # session stopped on the budget
         assert outcome.value == "ended" and (row.status, row.outcome) == ("stopped", "budget")
         return
     # and the session waits, its turn handed back for later, no retry used
@@ -237,7 +247,7 @@ def test_a_call_kept_out_by_calls_in_flight_waits_for_them(runtime: Runtime, set
             sessions.update().where(sessions.c.id == second).values(dispatched_at=runtime.clock())
         )
     # Then its call fits, is sent and is settled
-    assert run_turn(rt=runtime, session_id=second, turn_no=0, model=model).value == "committed"
-    assert len(model.requests) == 1
+    assert run_turn(rt=runtime, session_id=second, turn_no=turn, model=model).value == "committed"
+    assert len(model.requests) == sent + 1
     ledger = _ledger(runtime, run_id)
     assert ledger["held"] == [] and ledger["spent"] == pytest.approx(ledger["billed"])
