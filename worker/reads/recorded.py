@@ -78,6 +78,34 @@ def artifact_history(conn: Connection, *, session_id: int) -> list[RecordedVersi
     return [RecordedVersion(r.name, r.version, r.turn_no, r.content, r.sha256) for r in rows]
 
 
+def artifact_version(
+    conn: Connection, *, session_id: int, name: str, version: int
+) -> RecordedVersion:
+    """One version of one of the session's artifacts.
+
+    Raises:
+        InputError: the session has no such artifact version.
+    """
+    row = conn.execute(
+        select(
+            artifacts.c.name,
+            artifact_versions.c.version,
+            artifact_versions.c.turn_no,
+            artifact_versions.c.content,
+            artifact_versions.c.sha256,
+        )
+        .join(artifacts, artifacts.c.id == artifact_versions.c.artifact_id)
+        .where(
+            artifacts.c.session_id == session_id,
+            artifacts.c.name == name,
+            artifact_versions.c.version == version,
+        )
+    ).first()
+    if row is None:
+        raise InputError(f"session {session_id} has no {name} v{version}")
+    return RecordedVersion(row.name, row.version, row.turn_no, row.content, row.sha256)
+
+
 @dataclass(frozen=True)
 class RecordedVerdict:
     """One verdict of a session: the round, what it judged, and what it found."""
