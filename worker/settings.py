@@ -185,6 +185,24 @@ class Settings(BaseSettings):
     unset: no endpoint."""
     metrics_addr: str = "127.0.0.1"
     """Interface the metrics endpoint listens on (``0.0.0.0`` in a container)."""
+    serve_basic_auth: SecretStr | None = None
+    """``user:password`` that ``scheduler serve`` asks every page for (HTTP basic auth);
+    required when it listens beyond the loopback interface. Never logged."""
+
+    @field_validator("serve_basic_auth")
+    @classmethod
+    def _check_serve_basic_auth(cls, value: SecretStr | None) -> SecretStr | None:
+        """A ``user:password`` pair, both non-empty; empty (an unset compose variable) is none.
+
+        The message never repeats the value.
+        """
+        if value is None or not value.get_secret_value():
+            return None
+        user, colon, password = value.get_secret_value().partition(":")
+        if not (user and colon and password):
+            raise ValueError("must be user:password, both non-empty")
+        return value
+
 
     @field_validator("verify_database_url")
     @classmethod
