@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from scheduler.report.format import duration, usd
 from scheduler.report.gallery import assets_dir
 from worker.reads.conversation import SHORT_ARG_CHARS
 from worker.reads.details import RunDetail, Shot
-from worker.reads.transcript import Transcript, session_transcript, verdict_media
+from worker.reads.transcript import Transcript, VersionDiff, session_transcript, verdict_media
 
 __all__ = ["SESSIONS_DIR", "render_transcript", "write_transcripts"]
 
@@ -81,6 +81,8 @@ def render_transcript(
     *,
     media: Mapping[int, tuple[str | None, str | None]] | None = None,
     report_href: str | None = None,
+    back_label: str = "report",
+    version_href: Callable[[VersionDiff], str] | None = None,
     env: Environment | None = None,
 ) -> str:
     """A session's transcript page.
@@ -90,11 +92,19 @@ def render_transcript(
         media: By verification id: its screenshot as a ``data:`` URI and its video's
             address, relative to the page, each if it has one.
         report_href: The report the page links back to.
+        back_label: What that link is called.
+        version_href: The address of a page that shows an artifact version, if there is
+            one (``serve`` has an artifact viewer; the report has none).
         env: A Jinja environment made by this module, to share between pages.
     """
     env = env or _environment()
     return env.get_template("transcript.html.j2").render(
-        t=transcript, media=media or {}, report_href=report_href, short=SHORT_ARG_CHARS
+        t=transcript,
+        media=media or {},
+        report_href=report_href,
+        back_label=back_label,
+        version_href=version_href,
+        short=SHORT_ARG_CHARS,
     )
 
 
