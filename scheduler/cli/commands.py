@@ -1,5 +1,5 @@
 """``python -m scheduler``: migrate, enqueue, run (embedded), ladder, status, report, show,
-cancel, resume, replay, fork, diff, tasks, task check."""
+serve, cancel, resume, replay, fork, diff, tasks, task check."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from scheduler.cli.fork import fork
 from scheduler.cli.options import LadderRequest, RunRequest, run_options
 from scheduler.cli.replay import replay
 from scheduler.cli.report import report
+from scheduler.cli.serve import serve
 from scheduler.cli.services import (
     EXIT_OK,
     EXIT_RUN_INCOMPLETE,
@@ -336,6 +337,7 @@ def resume(settings: Settings, run_id: int) -> None:
 
 cli.add_command(report)
 cli.add_command(show)
+cli.add_command(serve)
 cli.add_command(tasks)
 cli.add_command(task_group)
 cli.add_command(replay)
