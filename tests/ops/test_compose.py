@@ -34,7 +34,7 @@ HEALTHCHECK_TIMEOUT_S = 60
 
 def _config(**env: str) -> subprocess.CompletedProcess[str]:
     assert COMPOSE is not None, "docker-compose is required in CI"
-    secrets = ("POSTGRES_PASSWORD", "VERIFY_DB_PASSWORD", "FLOWER_BASIC_AUTH")
+    secrets = ("POSTGRES_PASSWORD", "VERIFY_DB_PASSWORD", "FLOWER_BASIC_AUTH", "SERVE_BASIC_AUTH")
     clean = {k: v for k, v in os.environ.items() if k not in secrets}
     return subprocess.run(
         [COMPOSE, "-f", str(ROOT / "docker-compose.yml"), "config"],
@@ -48,7 +48,10 @@ def _config(**env: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
     result = _config(
-        POSTGRES_PASSWORD="pw-for-test", VERIFY_DB_PASSWORD="vpw", FLOWER_BASIC_AUTH="admin:pw"
+        POSTGRES_PASSWORD="pw-for-test",
+        VERIFY_DB_PASSWORD="vpw",
+        FLOWER_BASIC_AUTH="admin:pw",
+        SERVE_BASIC_AUTH="viewer:pw",
     )
     assert result.returncode == 0, result.stderr
     parsed: dict[str, Any] = yaml.safe_load(result.stdout)
@@ -73,11 +76,12 @@ def test_services_and_health_ordering(config: dict[str, Any]) -> None:
         "verify",
         "sandbox",
         "flower",
+        "serve",
         "scheduler",
     }
     # the scheduler service is for `docker compose run` only, never started by `up`
     assert services["scheduler"]["profiles"] == ["cli"]
-    for name in ("redis", "postgres", "sessions", "verify", "sandbox", "flower"):
+    for name in ("redis", "postgres", "sessions", "verify", "sandbox", "flower", "serve"):
         assert services[name]["healthcheck"]["test"], name
     for name in ("sessions", "verify", "sandbox"):
         deps = services[name]["depends_on"]
@@ -88,13 +92,30 @@ def test_services_and_health_ordering(config: dict[str, Any]) -> None:
     # Flower is behind basic auth and only on loopback
     assert services["flower"]["environment"]["FLOWER_BASIC_AUTH"] == "admin:pw"
     assert all(str(p).startswith("127.0.0.1:") for p in services["flower"]["ports"])
+    # and so is the web view, which waits for the schema
+    assert services["serve"]["environment"]["SWARM_SERVE_BASIC_AUTH"] == "viewer:pw"
+    assert all(str(p).startswith("127.0.0.1:") for p in services["serve"]["ports"])
+    deps = services["serve"]["depends_on"]
+    assert deps["postgres"]["condition"] == "service_healthy"
+    assert deps["migrate"]["condition"] == "service_completed_successfully"
 
 
 @needs_compose
 def test_flower_requires_its_credentials_alone() -> None:
-    result = _config(POSTGRES_PASSWORD="pw-for-test", VERIFY_DB_PASSWORD="vpw")
+    result = _config(
+        POSTGRES_PASSWORD="pw-for-test", VERIFY_DB_PASSWORD="vpw", SERVE_BASIC_AUTH="viewer:pw"
+    )
     assert result.returncode != 0
     assert "FLOWER_BASIC_AUTH" in result.stderr
+
+
+@needs_compose
+def test_serve_requires_its_credentials_alone() -> None:
+    result = _config(
+        POSTGRES_PASSWORD="pw-for-test", VERIFY_DB_PASSWORD="vpw", FLOWER_BASIC_AUTH="admin:pw"
+    )
+    assert result.returncode != 0
+    assert "SERVE_BASIC_AUTH" in result.stderr
 
 
 @needs_compose
@@ -111,7 +132,9 @@ def test_the_verify_worker_holds_only_its_own_role(config: dict[str, Any]) -> No
     assert services["migrate"]["environment"]["SWARM_VERIFY_DATABASE_URL"] == verify_url
     assert "swarm:pw-for-test@" in services["sessions"]["environment"]["SWARM_DATABASE_URL"]
     # and the role cannot be started without its password
-    result = _config(POSTGRES_PASSWORD="pw-for-test", FLOWER_BASIC_AUTH="admin:pw")
+    result = _config(
+        POSTGRES_PASSWORD="pw-for-test", FLOWER_BASIC_AUTH="admin:pw", SERVE_BASIC_AUTH="v:pw"
+    )
     assert result.returncode != 0 and "VERIFY_DB_PASSWORD" in result.stderr
 
 
@@ -156,7 +179,7 @@ def _argv(test: list[str]) -> list[str]:
 def test_every_project_command_exists(config: dict[str, Any]) -> None:
     for command in _commands(config):
         if command[:2] == ["python", "-c"]:
-            continue  # Flower's healthcheck: run by test_flower_healthcheck below
+            continue  # Flower's and serve's healthchecks: run by their tests below
         if command[:3] == ["python", "-m", "scheduler"]:
             result = CliRunner().invoke(cli, [*command[3:4], "--help"])
             assert result.exit_code == 0, (command, result.output)
@@ -242,6 +265,7 @@ def test_every_healthcheck_is_exercised() -> None:
         "verify",
         "sandbox",
         "flower",
+        "serve",
     }
 
 
@@ -319,4 +343,37 @@ def test_flower_healthcheck(settings: Settings) -> None:
     finally:
         flower.stop()
     # and once Flower has stopped, it fails
+    assert _run_check(aimed, env).returncode != 0
+
+
+@pytest.mark.services
+def test_serve_healthcheck(settings: Settings) -> None:
+    argv = _argv(_healthchecks()["serve"])
+    assert any("127.0.0.1:8700/healthz" in arg for arg in argv)
+    command = _service_command("serve")
+    assert command[:4] == ["python", "-m", "scheduler", "serve"], command
+    # Given serve started as compose starts it (on every interface, so with credentials),
+    # on a free port rather than 8700
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [str(port) if arg == "8700" else arg for arg in command[1:]]
+    env = service_env(settings, SWARM_SERVE_BASIC_AUTH="ops:health-check-pw")
+    serve = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert serve.stderr is not None
+        # It says where it listens once its socket is open: the check may run from then on
+        assert "serving " in serve.stderr.readline()
+        aimed = [arg.replace(":8700/", f":{port}/") for arg in argv]
+        # When compose runs the check against it, Then it passes
+        result = _run_check(aimed, env)
+        assert result.returncode == 0, result.stderr
+    finally:
+        serve.terminate()
+        serve.wait(30)
+        if serve.stderr is not None:
+            serve.stderr.close()
+    # and once serve has stopped, it fails
     assert _run_check(aimed, env).returncode != 0
