@@ -203,7 +203,6 @@ class Settings(BaseSettings):
             raise ValueError("must be user:password, both non-empty")
         return value
 
-
     @field_validator("verify_database_url")
     @classmethod
     def _normalize_verify_database_url(cls, value: str | None) -> str | None:
