@@ -185,6 +185,15 @@ class Settings(BaseSettings):
     unset: no endpoint."""
     metrics_addr: str = "127.0.0.1"
     """Interface the metrics endpoint listens on (``0.0.0.0`` in a container)."""
+    otlp_endpoint: str | None = Field(default=None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    """OpenTelemetry's base OTLP/HTTP endpoint (traces go to ``/v1/traces`` under it)."""
+    otlp_traces_endpoint: str | None = Field(
+        default=None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+    """OpenTelemetry's OTLP/HTTP endpoint for traces, whole; wins over ``otlp_endpoint``.
+    Neither set: no traces, and no OpenTelemetry library is loaded."""
+    otel_sdk_disabled: bool = Field(default=False, validation_alias="OTEL_SDK_DISABLED")
+    """OpenTelemetry's switch that turns tracing off whatever the endpoints say."""
     serve_basic_auth: SecretStr | None = None
     """``user:password`` that ``scheduler serve`` asks every page for (HTTP basic auth);
     required when it listens beyond the loopback interface. Never logged."""
@@ -292,6 +301,17 @@ class Settings(BaseSettings):
     def is_embedded(self) -> bool:
         """True when the broker lives inside this process."""
         return self.broker_url.startswith("memory://")
+
+    @property
+    def traces_endpoint(self) -> str | None:
+        """Where OTLP/HTTP traces go, as OpenTelemetry's variables say; None: no traces."""
+        if self.otel_sdk_disabled:
+            return None
+        if self.otlp_traces_endpoint:
+            return self.otlp_traces_endpoint
+        if self.otlp_endpoint:
+            return self.otlp_endpoint.rstrip("/") + "/v1/traces"
+        return None
 
     @property
     def is_sqlite(self) -> bool:
