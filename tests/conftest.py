@@ -42,7 +42,7 @@ def _unavailable(what: str, exc: Exception) -> None:
 @pytest.fixture(autouse=True)
 def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
-        if name.startswith("SWARM_") or name in ("GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        if name.startswith(("SWARM_", "OTEL_")) or name in ("GEMINI_API_KEY", "GOOGLE_API_KEY"):
             monkeypatch.delenv(name)
 
 

@@ -41,7 +41,10 @@ def verify_runtime(rt: Runtime) -> Runtime:
         if _verify_rt is None:
             settings = rt.settings.model_copy(update={"database_url": url})
             _verify_rt = Runtime(
-                settings=settings, engine=make_engine(settings), dispatcher=rt.dispatcher
+                settings=settings,
+                engine=make_engine(settings),
+                dispatcher=rt.dispatcher,
+                tracer=rt.tracer,
             )
         return _verify_rt
 

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,6 +136,21 @@ def verify_handoff(
     handoff = claim_handoff(rt, session_id=session_id, round_no=round_no)
     if handoff is None:
         return "duplicate"
+    verify = partial(_verify, rt, handoff, browser=browser, retry_starved=retry_starved)
+    if rt.tracer is not None:
+        return rt.tracer.verification(session_id=session_id, round_no=round_no, judge=verify)
+    return verify()
+
+
+def _verify(
+    rt: Runtime,
+    handoff: Handoff,
+    *,
+    browser: Browser | Callable[[], Browser | None] | None,
+    retry_starved: bool,
+) -> str:
+    """Judge a claimed handoff and record the verdict (see :func:`verify_handoff`)."""
+    session_id = handoff.session_id
     assert handoff.epoch is not None
     started = time.monotonic()
     # The lease lives as long as this worker does: renewed through a slow judgement.

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, bootsteps, current_app, shared_task, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
@@ -32,6 +32,9 @@ from worker.settings import QUEUES, SESSIONS_QUEUE, VERIFY_QUEUE, Settings, desc
 from worker.store.engine import make_engine, pool_sizes
 from worker.store.fleet import fleet_id
 from worker.store.roles import can_reconcile
+
+if TYPE_CHECKING:
+    from worker.fleet.tracing import Tracing
 
 __all__ = ["SwarmCelery", "app", "celery_config", "create_app"]
 
@@ -262,6 +265,8 @@ def _pool_wait(rt: Runtime, session_id: int, turn_no: int) -> TransientError:
 
 # Resource sampling, through Celery's signals: one sampler per process that runs tasks.
 _worker_pid: int | None = None
+# This process's traces, when an OTLP endpoint is set.
+_tracing: Tracing | None = None
 
 
 def _session_of(args: Any, kwargs: Any) -> int | None:
@@ -276,6 +281,7 @@ def _start_sampler(celery_app: SwarmCelery) -> None:
         queues=celery_app.amqp.queues.consume_from,
     )
     _start_metrics(celery_app)
+    _start_tracing(celery_app)
 
 
 def _start_metrics(celery_app: SwarmCelery) -> None:
@@ -294,6 +300,32 @@ def _start_metrics(celery_app: SwarmCelery) -> None:
         logger.warning("no metrics endpoint on port %d: %s", settings.metrics_port, exc)
         return
     rt.observer = metrics
+
+
+def _start_tracing(celery_app: SwarmCelery) -> None:
+    """Send this process's spans to OpenTelemetry's OTLP endpoint, when one is set."""
+    global _tracing
+    endpoint = celery_app.settings.traces_endpoint
+    if endpoint is None or _tracing is not None:
+        return
+    # Imported here: a worker without an endpoint never loads OpenTelemetry.
+    from worker.fleet.tracing import start_tracing
+
+    rt = celery_app.runtime
+    try:
+        fleet = fleet_id(rt.engine)
+    except Exception:  # the database may be restarting: the broker's name for it will do
+        logger.warning("no fleet id for the traces; using the fleet's name", exc_info=True)
+        fleet = celery_app.settings.fleet or ""
+    _tracing = start_tracing(endpoint=endpoint, engine=rt.engine, prices=rt.prices, fleet=fleet)
+    rt.tracer = _tracing
+
+
+def _stop_tracing() -> None:
+    global _tracing
+    if _tracing is not None:
+        _tracing.shutdown()
+        _tracing = None
 
 
 @signals.task_prerun.connect  # type: ignore[untyped-decorator]
@@ -334,3 +366,4 @@ def _after_worker_ready(sender: Any = None, **_: Any) -> None:
 @signals.worker_shutdown.connect  # type: ignore[untyped-decorator]
 def _before_shutdown(**_: Any) -> None:
     sampler.stop_sampler()
+    _stop_tracing()

@@ -1,7 +1,8 @@
 """A session worker imports only what it uses: its memory at a thousand sessions depends on it.
 
-Playwright, pyvirtualdisplay, google-genai and Alembic (with Mako, Pygments and Pillow behind
-them) are imported where they are needed: the browser verifier, a Gemini model, a migration.
+Playwright, pyvirtualdisplay, google-genai, OpenTelemetry and Alembic (with Mako, Pygments and
+Pillow behind them) are imported where they are needed: the browser verifier, a Gemini model,
+a worker told an OTLP endpoint, a migration.
 SQLAlchemy's ORM is imported by nothing: the tables are Core tables.
 """
 
@@ -34,6 +35,11 @@ HEAVY = (
     "pygments",
     "PIL",
     "sqlalchemy.orm",
+    # redis-py imports OpenTelemetry's API and metrics SDK itself wherever they are
+    # installed; the tracing SDK, the OTLP exporter and protobuf behind it are Swarm's.
+    "opentelemetry.sdk.trace",
+    "opentelemetry.exporter",
+    "google.protobuf",
 )
 #: Those a worker process (``python -m worker``) must not load either, with the rest of the
 #: ``celery`` command line: its REPL and its plugins' commands (Flower's, Tornado behind it).
@@ -87,13 +93,12 @@ def test_importing_the_worker_loads_no_heavy_library() -> None:
 
 def test_the_browser_verifier_and_gemini_still_bring_their_libraries() -> None:
     # When the modules that use them are imported
-    modules = _modules_after("import verifier.chromium.browser, worker.models.gemini.client")
+    modules = _modules_after(
+        "import verifier.chromium.browser, worker.models.gemini.client, worker.fleet.tracing"
+    )
     # Then they are loaded (the lazy imports above name modules that exist)
-    assert _leaked(modules, ["playwright", "pyvirtualdisplay", "google.genai"]) == [
-        "playwright",
-        "pyvirtualdisplay",
-        "google.genai",
-    ]
+    wanted = ["playwright", "pyvirtualdisplay", "google.genai", "opentelemetry.exporter"]
+    assert _leaked(modules, wanted) == wanted
 
 
 @pytest.mark.services

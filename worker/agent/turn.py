@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import Enum
+from functools import partial
 from typing import Any, NamedTuple, NoReturn
 
 from sqlalchemy.engine import Connection
@@ -44,7 +46,7 @@ from worker.errors import (
     ToolError,
     TransientError,
 )
-from worker.fleet.runtime import Runtime, TurnObserver
+from worker.fleet.runtime import Runtime, Tracer, TurnObserver
 from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn, TokenUsage
 from worker.models.sim.model import SimModel
 from worker.notices import NO_CALL_NOTICE, user_text
@@ -129,8 +131,13 @@ def _run_turn(
         loaded = _load(conn, view)
     timer.lap("rebuild")
     ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no))
+    traced = (
+        rt.tracer.turn(session_id=claim.session_id, run_id=view.run_id, turn_no=claim.turn_no)
+        if rt.tracer is not None
+        else nullcontext()
+    )
     # The lease lives as long as this worker does: renewed through the model call.
-    with rt.leases.hold(claim.session_id, claim.epoch):
+    with rt.leases.hold(claim.session_id, claim.epoch), traced:
         try:
             outcome, calls = _play(rt, claim, loaded, ledger, retries=retries, model=model)
         except SessionStopped as stop:
@@ -337,6 +344,8 @@ def _generate(
         TransientError: retry the turn later.
     """
     try:
+        if rt.tracer is not None:
+            return rt.tracer.model_call(request, model.generate)
         return model.generate(request)
     except ModelUnavailable as exc:
         if hold is not None:
@@ -401,7 +410,7 @@ def _commit(
         stored = history.elide_long_args(answer.content, max_chars=STORED_ARG_CEILINGS * ceiling)
         items: list[Event] = [ModelOutput(stored, answer.finish_reason)]
         ledger.timer.lap("commit")
-        items += _run_tools(answer, ctx)
+        items += _run_tools(answer, ctx, rt.tracer)
         ledger.timer.lap("tools")
         if not answer.calls:
             items.append(Nudge(NudgeReason.no_tool_call, user_text(NO_CALL_NOTICE)))
@@ -489,7 +498,10 @@ def _observe(
     )
 
 
-def _run_tools(answer: ModelTurn, ctx: ToolContext) -> list[Event]:
+def _run_tools(answer: ModelTurn, ctx: ToolContext, tracer: Tracer | None = None) -> list[Event]:
+    if tracer is not None:
+        run = partial(run_call, ctx=ctx)
+        return [tracer.tool_call(call, run) for call in answer.calls]
     return [run_call(call, ctx) for call in answer.calls]
 
 
@@ -570,6 +582,8 @@ def _end(
         outcome.value,
         claim.turn_no,
     )
+    if rt.tracer is not None:
+        rt.tracer.session_ended(session_id=claim.session_id)
     if ended.wave_closed:
         rt.flush_outbox()
     return TurnOutcome.ended

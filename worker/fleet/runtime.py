@@ -8,15 +8,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from sqlalchemy import Engine
 
 from worker.fleet.dispatch import Dispatcher
 from worker.fleet.leases import LeaseKeeper
+from worker.models.base import FunctionCall, ModelRequest, ModelTurn
 from worker.models.pricing import PriceTable
 from worker.models.registry import Providers
 from worker.settings import Settings
@@ -27,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 #: Send times remembered for the turns this process dispatched, until one claims them.
 SEND_TIMES_KEPT = 10_000
+
+_T = TypeVar("_T")
 
 
 class TurnObserver(Protocol):
@@ -49,6 +53,32 @@ class TurnObserver(Protocol):
         ...
 
 
+class Tracer(Protocol):
+    """Records a session's turns, model calls, tool calls and verifications as spans."""
+
+    def turn(self, *, session_id: int, run_id: int, turn_no: int) -> AbstractContextManager[None]:
+        """The span of one turn, current while the block runs."""
+        ...
+
+    def model_call(
+        self, request: ModelRequest, generate: Callable[[ModelRequest], ModelTurn]
+    ) -> ModelTurn:
+        """``generate(request)`` inside a model call's span."""
+        ...
+
+    def tool_call(self, call: FunctionCall, run: Callable[[FunctionCall], _T]) -> _T:
+        """``run(call)`` inside a tool call's span."""
+        ...
+
+    def verification(self, *, session_id: int, round_no: int, judge: Callable[[], str]) -> str:
+        """``judge()`` inside a verification's span; it returns what the verdict did."""
+        ...
+
+    def session_ended(self, *, session_id: int) -> None:
+        """The session ended: its own span, over its whole life, closes its trace."""
+        ...
+
+
 @dataclass
 class Runtime:
     """Dependencies of the turn loop and the verdict path, built once per process."""
@@ -65,6 +95,8 @@ class Runtime:
     greenlet's (:class:`~worker.fleet.greenlets.GreenletCpu`)."""
     observer: TurnObserver | None = None
     """Told about every turn (the worker's metrics), if set."""
+    tracer: Tracer | None = None
+    """Records spans of every turn and verification (OpenTelemetry), if set."""
     lease_engine: Engine | None = None
     """Where leases are renewed. By default, on PostgreSQL, a connection of their own: in
     a saturated worker the task threads queue for the shared pool for seconds, and a lease
