@@ -16,8 +16,9 @@ from worker.errors import InputError
 _WAVE_RE = re.compile(r"^\s*(\d+)\s*(?:[xX]\s*(\d+))?\s*$")
 #: Most sessions one run may hold.
 MAX_SESSIONS = 10_000
-#: Output tokens one model call may produce, thinking included, unless the run says: room
-#: for a 25 KB page in one call (about 6,000 tokens) and the thinking before it.
+#: Output tokens one model call of a run that reserves its calls may produce, thinking
+#: included, unless the run says: room for a 25 KB page in one call (about 6,000 tokens) and
+#: the thinking before it.
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
 #: Share by which one sim call's latency varies either way of the mean, unless the run says.
 DEFAULT_JITTER = 0.2
@@ -107,9 +108,11 @@ class RunConfig(BaseModel):
     """With a budget, reserve each model call's worst-case cost against it before the call
     is sent, so that the run never spends more than its budget (``worker.store.reservations``);
     off: the budget is checked when a turn starts, and turns in flight may pass it."""
-    max_output_tokens: int = Field(default=DEFAULT_MAX_OUTPUT_TOKENS, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
     """Most output tokens, thinking included, one model call may produce: sent with every
-    request as its ``maxOutputTokens``, and the output a reservation holds dollars for."""
+    request as its ``maxOutputTokens``, and the output a reservation holds dollars for.
+    None: the model's own limit, or :data:`DEFAULT_MAX_OUTPUT_TOKENS` when the run reserves
+    its calls (:meth:`output_limit`)."""
     cache_warm_cap_s: float = Field(default=8.0, ge=0)
     """Longest wait of a wave's other first turns for the warming one."""
     instances: str | None = None
@@ -118,6 +121,17 @@ class RunConfig(BaseModel):
     """Play a seeded sample of this many of them."""
     epochs: int = Field(default=1, ge=1)
     """Times the run plays each instance it picked."""
+
+    def output_limit(self, *, reserved: bool) -> int | None:
+        """The ``maxOutputTokens`` of the run's calls: its own, or, when its calls are
+        reserved against a budget (which needs a bound), the default; otherwise none."""
+        if reserved or self.max_output_tokens is not None:
+            return self.reserved_output_limit()
+        return None
+
+    def reserved_output_limit(self) -> int:
+        """The output a reservation holds dollars for: the run's limit, or the default."""
+        return self.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
 
 
 def parse_mix(text: str) -> dict[str, float]:

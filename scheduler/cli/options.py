@@ -12,7 +12,7 @@ import click
 from pydantic import ValidationError
 
 from scheduler.cli.services import send_or_raise
-from worker.config import RunConfig, WaveSpec, parse_mix
+from worker.config import DEFAULT_MAX_OUTPUT_TOKENS, RunConfig, WaveSpec, parse_mix
 from worker.errors import SwarmError
 from worker.fleet.runtime import Runtime
 from worker.models.pricing import PriceTable
@@ -357,7 +357,9 @@ def _shared_options() -> list[Callable[..., Any]]:
             default=_default("max_output_tokens"),
             show_default=True,
             help="Output tokens, thinking included, one model call may produce; sent with "
-            "every request, and what a reservation holds dollars for.",
+            "every request, and what a reservation holds dollars for (default: the model's "
+            f"own limit, or {DEFAULT_MAX_OUTPUT_TOKENS} when calls are reserved against a "
+            "budget).",
         ),
         _choice(
             "forecast",

@@ -234,7 +234,9 @@ def _play(
         tools=prefix.tools,
         history=tuple(history.rebuild(log)),
         tool_mode=profile.tool_mode,
-        max_output_tokens=config.max_output_tokens,
+        # A bound is sent when the run sets one or reserves its calls: without a budget, a
+        # model's own limit leaves a large page whole.
+        max_output_tokens=config.output_limit(reserved=_reserves(view, config)),
     )
     chosen = model or _model_for(rt, view, config, task)
     ledger.timer.lap("rebuild")
@@ -311,7 +313,8 @@ def _reserve(
         TransientError: calls in flight hold what it needs; the turn waits for them.
     """
     with timer.cpu_of("reserve"):
-        amount = worst_case_usd(rt.prices, request, max_output_tokens=config.max_output_tokens)
+        limit = config.reserved_output_limit()
+        amount = worst_case_usd(rt.prices, request, max_output_tokens=limit)
         hold = CallHold(rt=rt, claim=claim, run_id=view.run_id, amount_usd=amount)
         try:
             hold.first()
