@@ -36,6 +36,10 @@ __all__ = ["show", "transcript_json", "transcript_lines"]
 
 #: Characters of a tool's result that the text shows.
 RESULT_CHARS = 240
+#: Lines of a block of text (the model's, a thought, a brief) that the text shows, and
+#: characters of each: a page the model answers with in a markdown block is read in --json.
+BLOCK_LINES = 40
+BLOCK_LINE_CHARS = 200
 #: Style of each kind of line.
 STYLES = {
     "turn": "bold cyan",
@@ -187,10 +191,22 @@ def _message(m: Message) -> Iterator[Text]:
 
 
 def _block(label: str, text: str, style: str = "", *, indent: int = 2) -> Iterator[Text]:
-    first, *rest = text.splitlines() or [""]
+    lines = [_cut(line) for line in text.splitlines()] or [""]
+    first, *rest = lines[:BLOCK_LINES]
     yield Text(f"{' ' * indent}{label}: {first}", style=style)
     for line in rest:
         yield Text(f"{' ' * (indent + 2)}{line}".rstrip(), style=style)
+    if len(lines) > BLOCK_LINES or any(line.endswith("…") for line in lines[:BLOCK_LINES]):
+        more = len(lines) - BLOCK_LINES
+        left = f"{more:,} more lines, " if more > 0 else ""
+        yield Text(
+            f"{' ' * (indent + 2)}… ({left}{len(text):,} chars in all; --json has it whole)",
+            style=STYLES["muted"],
+        )
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= BLOCK_LINE_CHARS else line[:BLOCK_LINE_CHARS] + "…"
 
 
 def _call(call: ToolCall) -> Iterator[Text]:
