@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import statistics
 import threading
 import time
@@ -25,6 +24,7 @@ from scheduler.cli.follow import until_finished
 from tests.chaos.checker import check_run
 from tests.chaos.progress import turns_committed
 from tests.conftest import WorkerProcess
+from worker.fleet.identity import process_owner
 from worker.settings import Settings
 from worker.store.tables import runs, sessions, verifications
 
@@ -130,13 +130,12 @@ def _run(
     record: list[Kill] = []
     watcher = threading.Thread(target=_watch, args=(engine, run_id, record, done), daemon=True)
     watcher.start()
-    host = socket.gethostname()
     try:
         while kills and turns_committed(engine, run_id) < TURNS_BEFORE_FIRST_KILL:
             time.sleep(0.1)
         for n in range(kills):
             assert worker.proc is not None
-            owner = f"{host}:{worker.proc.pid}"
+            owner = process_owner(worker.proc.pid)
             if n:
                 # 6 s after the last kill, once the new worker has taken work over
                 time.sleep(max(0.0, record[-1].at + KILL_GAP_S - time.monotonic()))

@@ -9,7 +9,6 @@ and that never passed the budget.
 from __future__ import annotations
 
 import signal
-import socket
 import time
 from collections.abc import Callable
 
@@ -21,6 +20,7 @@ from tests.chaos.checker import check_run
 from tests.chaos.conftest import FAST_RECOVERY_ENV, RUN_TIMEOUT_S
 from tests.conftest import WorkerProcess
 from tests.factories import duplicates
+from worker.fleet.identity import process_owner
 from worker.settings import Settings
 from worker.store.tables import reservations, runs, sessions, usage
 
@@ -101,13 +101,14 @@ def test_killed_workers_leak_no_reservation_and_count_nothing_twice(
         "--forecast",
         "off",
     )
-    host = socket.gethostname()
     held_at_kills: list[int] = []
     within_budget: list[bool] = []
     # When the worker is SIGKILLed three times with calls reserved, a new one started each time
     for _ in range(KILLS):
         assert worker.proc is not None
-        held_at_kills.append(_wait_for_reserved_calls(engine, run_id, f"{host}:{worker.proc.pid}"))
+        held_at_kills.append(
+            _wait_for_reserved_calls(engine, run_id, process_owner(worker.proc.pid))
+        )
         spent, reserved, _, _ = _ledger(engine, run_id)
         within_budget.append(spent + reserved <= BUDGET_USD + 1e-9)
         assert worker.stop(signal.SIGKILL) == -signal.SIGKILL

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import time
 from collections.abc import Callable
 
@@ -15,6 +14,7 @@ from tests.chaos.checker import check_run
 from tests.chaos.conftest import FAST_RECOVERY_ENV, RUN_TIMEOUT_S
 from tests.chaos.progress import turns_committed
 from tests.conftest import WorkerProcess
+from worker.fleet.identity import process_owner
 from worker.settings import Settings
 from worker.store.tables import sessions
 
@@ -71,7 +71,6 @@ def test_sigkilled_worker_loses_and_duplicates_nothing(
     run_id = enqueue(
         settings.database_url, settings.broker_url, "--wave", "5x10", "--sim-latency-ms", "300"
     )
-    host = socket.gethostname()
     pids: list[int] = []
     exit_codes: list[int | None] = []
     in_flight: list[int] = []
@@ -80,7 +79,9 @@ def test_sigkilled_worker_loses_and_duplicates_nothing(
         assert worker.proc is not None
         pid = worker.proc.pid
         in_flight.append(
-            _wait_for_kill_window(engine, run_id, f"{host}:{pid}", turns_committed(engine, run_id))
+            _wait_for_kill_window(
+                engine, run_id, process_owner(pid), turns_committed(engine, run_id)
+            )
         )
         exit_codes.append(worker.stop(signal.SIGKILL))
         pids.append(pid)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,8 @@ from typing import Protocol
 
 import psutil
 import redis
+
+from worker.fleet.identity import this_host
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class RedisBrokerProbe:
         self.owner = owner
         self.silence_s = silence_s
         self.beat_s = beat_s
-        self.host = socket.gethostname()
+        self.host = this_host()
         self.workers_key = f"{prefix}workers"
         self.lists = [
             f"{prefix}{q}{_PRIORITY_SEP}{p}" if p else f"{prefix}{q}"

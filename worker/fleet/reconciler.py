@@ -22,12 +22,12 @@ turn or a verification claims a lease, and only its holder commits.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from datetime import datetime, timedelta
 
 from worker.fleet.broker import BrokerProbe, BrokerView, dead_owners
+from worker.fleet.identity import this_host
 from worker.fleet.runtime import Runtime
 from worker.store import cache_alarm, due, waves
 
@@ -47,7 +47,7 @@ class Reconciler:
         self.probe = probe
         self.missing: set[str] = set()
         """Task ids due and not on the broker at the previous pass."""
-        self.host = socket.gethostname()
+        self.host = this_host()
 
     def run_once(self) -> int:
         """One pass; returns how many tasks were sent."""

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -17,6 +15,7 @@ from typing import Protocol, TypeVar
 from sqlalchemy import Engine
 
 from worker.fleet.dispatch import Dispatcher
+from worker.fleet.identity import process_owner
 from worker.fleet.leases import LeaseKeeper
 from worker.models.base import FunctionCall, ModelRequest, ModelTurn
 from worker.models.pricing import PriceTable
@@ -88,7 +87,8 @@ class Runtime:
     dispatcher: Dispatcher
     prices: PriceTable = field(default=None)  # type: ignore[assignment]
     """Defaults to the built-in table with the settings' price file on top."""
-    owner: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    owner: str = field(default_factory=process_owner)
+    """This process, ``host:pid`` (:mod:`worker.fleet.identity`): its leases' owner."""
     clock: Callable[[], datetime] = utcnow
     cpu_clock: Callable[[], float] = time.thread_time
     """CPU seconds the running task has used: its thread's, or under a green pool its

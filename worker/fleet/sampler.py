@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections import Counter
@@ -24,6 +23,7 @@ from typing import Any
 import psutil
 from sqlalchemy import Connection, Engine, insert, select
 
+from worker.fleet.identity import this_host
 from worker.settings import SESSIONS_QUEUE, VERIFY_QUEUE, Settings
 from worker.store.engine import utcnow
 from worker.store.tables import samples, sessions
@@ -162,7 +162,7 @@ class Sampler:
         self.in_flight = in_flight
         self.process = process or psutil.Process()
         self.pid: int = self.process.pid
-        self.host = socket.gethostname()[:128]
+        self.host = this_host()[:128]
         self.buffer = SampleBuffer(max_buffered)
         self._children: dict[int, psutil.Process] = {}
         self._run_of: dict[int, int] = {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from tests.factories import make_run
 from worker.celery import broker_probe
 from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import CeleryDispatcher
+from worker.fleet.identity import process_owner
 from worker.fleet.reconciler import Reconciler
 from worker.fleet.runtime import Runtime
 from worker.settings import SESSIONS_QUEUE, Settings
@@ -172,7 +172,7 @@ def test_a_session_leased_by_a_dead_process_of_this_host_is_taken_over_at_once(
     # Given a running session whose lease, good for another minute, is held by a worker
     # process of this host that no longer runs (SIGKILLed)
     _, (sid,) = make_run(runtime.engine)
-    dead = f"{socket.gethostname()}:{_dead_pid()}"
+    dead = process_owner(_dead_pid())
     with runtime.engine.begin() as conn:
         conn.execute(
             update(sessions)
@@ -203,7 +203,7 @@ def test_a_turn_reserved_by_a_dead_process_of_this_host_is_sent_again_at_once(
         # When only live workers beat, Then it waits for the one holding it
         assert reconciler.run_once() + reconciler.run_once() == 0
         # When a worker of this host that beat a moment ago is found to be gone (killed)
-        dead = f"{socket.gethostname()}:{_dead_pid()}"
+        dead = process_owner(_dead_pid())
         probe.client.hset(probe.workers_key, dead, str(time.time()))
         view = probe.view() or pytest.fail("no view")
         assert view.silent_workers == 1

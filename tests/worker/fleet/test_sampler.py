@@ -6,7 +6,6 @@ import contextlib
 import itertools
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from scheduler.cli.follow import until_finished
 from tests.conftest import WorkerProcess
 from tests.factories import enqueue, make_run
 from worker.celery import create_app
+from worker.fleet.identity import this_host
 from worker.fleet.sampler import (
     InFlight,
     Reading,
@@ -177,9 +177,7 @@ def test_an_outage_keeps_the_newest_samples_up_to_the_cap(
     assert [r.at for r in rows] == [r.at for r in kept[:2]] + [
         r.at for r in kept[2:] for _ in (run_a, run_b)
     ]
-    assert {(r.pid, r.role, r.host) for r in rows} == {
-        (os.getpid(), "verify", socket.gethostname())
-    }
+    assert {(r.pid, r.role, r.host) for r in rows} == {(os.getpid(), "verify", this_host())}
     assert all(r.rss_bytes > 10 * MIB and r.threads >= 1 for r in rows)
     assert sampler.buffer.items == [] and sampler.buffer.dropped == 0
     assert sampler.flush() == 0
@@ -314,7 +312,7 @@ def test_a_worker_samples_itself_idle_and_per_run(
 
     rows = _eventually(idle_again, "idle samples after the run")
     # Then its samples carry its pid and role, idle before the run and tagged during it
-    assert {(r.pid, r.role, r.host) for r in rows} == {(pid, "sessions", socket.gethostname())}
+    assert {(r.pid, r.role, r.host) for r in rows} == {(pid, "sessions", this_host())}
     assert {r.run_id for r in rows} == {None, run_id}
     assert any(r.run_id is None and r.at < enqueued_at for r in rows)
     tagged = [r for r in rows if r.run_id == run_id]
