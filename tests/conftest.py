@@ -10,7 +10,7 @@ import secrets
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,9 +133,11 @@ def runtime(settings: Settings, engine: Engine) -> Iterator[Runtime]:
 class WorkerProcess:
     """A real worker process (``python -m worker``), its log collected."""
 
-    def __init__(self, env: dict[str, str], args: list[str]) -> None:
+    def __init__(self, env: dict[str, str], args: list[str], prefix: Sequence[str] = ()) -> None:
         self.args = args
         self.env = env
+        self.prefix = list(prefix)
+        """A command that runs the worker (``ip netns exec …``), or nothing."""
         self.log: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
         self._ready = threading.Event()
@@ -144,6 +146,7 @@ class WorkerProcess:
         self._ready.clear()
         self.proc = subprocess.Popen(
             [
+                *self.prefix,
                 sys.executable,
                 "-m",
                 "worker",
