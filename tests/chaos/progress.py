@@ -85,3 +85,31 @@ def wait_for_run(
 
     wait_until(f"the end of run {run_id}", over, timeout_s)
     return status[0]
+
+
+#: Where a session stands: its status, its next turn and its repair round.
+Position = tuple[str, int, int]
+
+
+def session_positions(engine: Engine, run_id: int) -> dict[int, Position]:
+    """Where each session of the run stands now, by id: a fault's victims are those that
+    have not moved on since."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                sessions.c.id, sessions.c.status, sessions.c.next_turn, sessions.c.repair_round
+            ).where(sessions.c.run_id == run_id)
+        ).all()
+    return {r.id: (r.status, r.next_turn, r.repair_round) for r in rows}
+
+
+def held_by(engine: Engine, run_id: int, owner: str) -> list[int]:
+    """The run's sessions whose lease ``owner`` holds."""
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                select(sessions.c.id).where(
+                    sessions.c.run_id == run_id, sessions.c.lease_owner == owner
+                )
+            ).scalars()
+        )

@@ -29,9 +29,9 @@ from scheduler.cli.follow import until_finished
 from tests.chaos.checker import RunFigures, check_run
 from tests.chaos.conftest import RUN_TIMEOUT_S
 from tests.chaos.hosts import Host, TestBed, missing_tools
-from tests.chaos.progress import turns_committed, wait_until
+from tests.chaos.progress import Position, held_by, session_positions, turns_committed, wait_until
 from worker.settings import Settings
-from worker.store.tables import samples, sessions
+from worker.store.tables import samples
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -60,8 +60,6 @@ BACK_TIMEOUT_S = 60.0
 
 #: The no-fault run's wall time, measured once per module.
 _BASELINE_S: list[float] = []
-
-Position = tuple[str, int, int]
 
 
 @dataclass
@@ -112,32 +110,11 @@ def _stop_workers(bed: TestBed) -> None:
         list(pool.map(Host.stop_worker, bed.hosts))
 
 
-def _positions(engine: Engine, run_id: int) -> dict[int, Position]:
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(
-                sessions.c.id, sessions.c.status, sessions.c.next_turn, sessions.c.repair_round
-            ).where(sessions.c.run_id == run_id)
-        ).all()
-    return {r.id: (r.status, r.next_turn, r.repair_round) for r in rows}
-
-
-def _held_by(engine: Engine, run_id: int, owner: str) -> list[int]:
-    with engine.connect() as conn:
-        return list(
-            conn.execute(
-                select(sessions.c.id).where(
-                    sessions.c.run_id == run_id, sessions.c.lease_owner == owner
-                )
-            ).scalars()
-        )
-
-
 def _watch(engine: Engine, run_id: int, faults: list[Fault], done: threading.Event) -> None:
     """Note when each interrupted session moved past where it stood at the fault."""
     while not done.wait(0.2):
         now = time.monotonic()
-        positions = _positions(engine, run_id)
+        positions = session_positions(engine, run_id)
         for fault in faults:
             for sid, before in fault.interrupted.items():
                 if sid not in fault.recovered_at and positions[sid] != before:
@@ -200,12 +177,12 @@ def _run(
                 "the first host holding work, the run under way",
                 lambda: (
                     turns_committed(engine, run_id) >= TURNS_BEFORE_FAULT
-                    and bool(_held_by(engine, run_id, owners[0]))
+                    and bool(held_by(engine, run_id, owners[0]))
                 ),
                 RUN_TIMEOUT_S,
             )
-            positions = _positions(engine, run_id)
-            held = _held_by(engine, run_id, owners[0])
+            positions = session_positions(engine, run_id)
+            held = held_by(engine, run_id, owners[0])
             record.append(Fault(time.monotonic(), {sid: positions[sid] for sid in held}))
             fault(victim)
         until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)

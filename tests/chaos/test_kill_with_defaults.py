@@ -22,7 +22,7 @@ from sqlalchemy import Engine, select
 
 from scheduler.cli.follow import until_finished
 from tests.chaos.checker import check_run
-from tests.chaos.progress import turns_committed
+from tests.chaos.progress import held_by, session_positions, turns_committed
 from tests.conftest import WorkerProcess
 from worker.fleet.identity import process_owner
 from worker.settings import Settings
@@ -79,30 +79,9 @@ def _worker(settings: Settings) -> WorkerProcess:
     return WorkerProcess(env, args).start()
 
 
-def _positions(engine: Engine, run_id: int) -> dict[int, tuple[str, int, int]]:
-    with engine.connect() as conn:
-        rows = conn.execute(
-            select(
-                sessions.c.id, sessions.c.status, sessions.c.next_turn, sessions.c.repair_round
-            ).where(sessions.c.run_id == run_id)
-        ).all()
-    return {r.id: (r.status, r.next_turn, r.repair_round) for r in rows}
-
-
-def _held_by(engine: Engine, run_id: int, owner: str) -> list[int]:
-    with engine.connect() as conn:
-        return list(
-            conn.execute(
-                select(sessions.c.id).where(
-                    sessions.c.run_id == run_id, sessions.c.lease_owner == owner
-                )
-            ).scalars()
-        )
-
-
 def _wait_until_holding(engine: Engine, run_id: int, owner: str) -> None:
     deadline = time.monotonic() + HOLD_TIMEOUT_S
-    while not _held_by(engine, run_id, owner):
+    while not held_by(engine, run_id, owner):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{owner} took no work over within {HOLD_TIMEOUT_S:g} s")
         time.sleep(0.05)
@@ -112,7 +91,7 @@ def _watch(engine: Engine, run_id: int, kills: list[Kill], done: threading.Event
     """Note when each interrupted session moved past where it stood at its kill."""
     while not done.wait(0.2):
         now = time.monotonic()
-        positions = _positions(engine, run_id)
+        positions = session_positions(engine, run_id)
         for kill in kills:
             for sid, before in kill.interrupted.items():
                 if sid not in kill.recovered_at and positions[sid] != before:
@@ -140,8 +119,8 @@ def _run(
                 # 6 s after the last kill, once the new worker has taken work over
                 time.sleep(max(0.0, record[-1].at + KILL_GAP_S - time.monotonic()))
                 _wait_until_holding(engine, run_id, owner)
-            held = _held_by(engine, run_id, owner)
-            positions = _positions(engine, run_id)
+            held = held_by(engine, run_id, owner)
+            positions = session_positions(engine, run_id)
             worker.stop(signal.SIGKILL)
             record.append(Kill(time.monotonic(), {sid: positions[sid] for sid in held}))
             worker = _worker(settings)
