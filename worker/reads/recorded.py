@@ -61,19 +61,22 @@ def session_log(conn: Connection, *, session_id: int) -> list[LoggedEvent]:
     return [LoggedEvent(r.turn_no, r.seq, r.kind, r.payload) for r in rows]
 
 
+#: Artifact versions with their artifact's name, as :class:`RecordedVersion` reads them.
+_VERSIONS = select(
+    artifacts.c.name,
+    artifact_versions.c.version,
+    artifact_versions.c.turn_no,
+    artifact_versions.c.content,
+    artifact_versions.c.sha256,
+).join(artifacts, artifacts.c.id == artifact_versions.c.artifact_id)
+
+
 def artifact_history(conn: Connection, *, session_id: int) -> list[RecordedVersion]:
     """Every version of every artifact of the session, by name then version."""
     rows = conn.execute(
-        select(
-            artifacts.c.name,
-            artifact_versions.c.version,
-            artifact_versions.c.turn_no,
-            artifact_versions.c.content,
-            artifact_versions.c.sha256,
+        _VERSIONS.where(artifacts.c.session_id == session_id).order_by(
+            artifacts.c.name, artifact_versions.c.version
         )
-        .join(artifacts, artifacts.c.id == artifact_versions.c.artifact_id)
-        .where(artifacts.c.session_id == session_id)
-        .order_by(artifacts.c.name, artifact_versions.c.version)
     ).all()
     return [RecordedVersion(r.name, r.version, r.turn_no, r.content, r.sha256) for r in rows]
 
@@ -87,15 +90,7 @@ def artifact_version(
         InputError: the session has no such artifact version.
     """
     row = conn.execute(
-        select(
-            artifacts.c.name,
-            artifact_versions.c.version,
-            artifact_versions.c.turn_no,
-            artifact_versions.c.content,
-            artifact_versions.c.sha256,
-        )
-        .join(artifacts, artifacts.c.id == artifact_versions.c.artifact_id)
-        .where(
+        _VERSIONS.where(
             artifacts.c.session_id == session_id,
             artifacts.c.name == name,
             artifact_versions.c.version == version,
