@@ -48,6 +48,7 @@ __all__ = [
     "Hold",
     "HoldState",
     "add_spent",
+    "has_room",
     "keep",
     "release",
     "release_run",
@@ -251,6 +252,19 @@ def settle(
             reserved_usd=runs.c.reserved_usd - held.get(run_id, 0.0),
         )
     )
+
+
+def has_room(conn: Connection, *, run_id: int, amount_usd: float) -> bool:
+    """Whether the run can pay ``amount_usd`` more on top of what it spent and holds, by
+    the rule :func:`reserve` guards with; a run without a budget always can.
+
+    The caller holds the run's row lock when what it then spends must not race a
+    reservation.
+    """
+    row = conn.execute(_FIGURES, {"b_run_id": run_id}).one()
+    if row.budget_usd is None or row.spent_usd is None:
+        return True
+    return bool(row.spent_usd + (row.reserved_usd or 0.0) + amount_usd <= row.budget_usd)
 
 
 def add_spent(conn: Connection, *, run_id: int, cost_usd: float) -> None:

@@ -144,18 +144,11 @@ class RunCache:
         """
         if self.prices is None or self.ttl_s is None:
             return True
-        row = conn.execute(
-            select(runs.c.budget_usd, runs.c.spent_usd, runs.c.reserved_usd).where(
-                runs.c.id == self.run_id
-            )
-        ).one()
-        if row.budget_usd is None or row.spent_usd is None:
-            return True
         prefix = replace(request, history=())
         worst_usd = self.prices.storage_usd(
             request.model, tokens=prompt_tokens_bound(prefix), hours=self.ttl_s / 3600
         )
-        if row.spent_usd + (row.reserved_usd or 0.0) + worst_usd <= row.budget_usd:
+        if reservations.has_room(conn, run_id=self.run_id, amount_usd=worst_usd):
             return True
         logger.info(
             "run %s: no cache of its prefix, whose storage of up to $%.4f does not fit in its "
