@@ -126,10 +126,7 @@ def status_view(
     if f.ended_in_error:
         summary.add_row(
             "ended in error",
-            "\n".join(
-                f"{e.sessions} session{'' if e.sessions == 1 else 's'} ({e.outcome}): {e.reason}"
-                for e in f.ended_in_error
-            ),
+            "\n".join(e.describe() for e in f.ended_in_error),
         )
     if f.forecast is not None:
         summary.add_row("forecast", f.forecast.describe())

@@ -85,9 +85,7 @@ def warnings(figures: RunFigures) -> list[RunWarning]:
         found.append(RunWarning("budget spent", figures.budget.describe()))
     if figures.stop_reason:
         found.append(RunWarning(f"run {figures.status.value}", figures.stop_reason))
-    for e in figures.ended_in_error:
-        n = f"{e.sessions} session{'' if e.sessions == 1 else 's'}"
-        found.append(RunWarning("ended in error", f"{n} ({e.outcome}): {e.reason}"))
+    found += [RunWarning("ended in error", e.describe()) for e in figures.ended_in_error]
     return found
 
 

@@ -153,6 +153,11 @@ class EndedInError:
     reason: str
     sessions: int
 
+    def describe(self) -> str:
+        """``3 sessions (model_error): no Gemini API key …``."""
+        plural = "" if self.sessions == 1 else "s"
+        return f"{self.sessions} session{plural} ({self.outcome}): {self.reason}"
+
 
 #: Longest reason a report quotes.
 MAX_REASON_CHARS = 300
