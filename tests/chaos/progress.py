@@ -113,3 +113,15 @@ def held_by(engine: Engine, run_id: int, owner: str) -> list[int]:
                 )
             ).scalars()
         )
+
+
+def outcome_counts(engine: Engine, run_id: int) -> dict[str | None, int]:
+    """How many of the run's sessions ended with each outcome (None: not ended)."""
+    with engine.connect() as conn:
+        return dict(
+            conn.execute(
+                select(sessions.c.outcome, func.count())
+                .where(sessions.c.run_id == run_id)
+                .group_by(sessions.c.outcome)
+            ).all()
+        )

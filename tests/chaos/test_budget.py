@@ -16,9 +16,10 @@ from sqlalchemy import Engine, func, select
 from scheduler.cli.follow import until_finished
 from tests.chaos.checker import check_run
 from tests.chaos.conftest import RUN_TIMEOUT_S
+from tests.chaos.progress import outcome_counts
 from tests.conftest import WorkerProcess
 from worker.settings import Settings
-from worker.store.tables import runs, sessions, usage
+from worker.store.tables import runs, usage
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow]
 
@@ -65,13 +66,7 @@ def test_a_small_budget_stops_the_run_at_the_budget(
                 runs.c.id == run_id
             )
         ).one()
-        outcomes: dict[str | None, int] = dict(
-            conn.execute(
-                select(sessions.c.outcome, func.count())
-                .where(sessions.c.run_id == run_id)
-                .group_by(sessions.c.outcome)
-            ).all()
-        )
+    outcomes = outcome_counts(engine, run_id)
     chaos_report(
         figures,
         budget_usd=BUDGET_USD,

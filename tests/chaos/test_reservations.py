@@ -18,6 +18,7 @@ from sqlalchemy import Engine, and_, func, select
 from scheduler.cli.follow import until_finished
 from tests.chaos.checker import check_run
 from tests.chaos.conftest import FAST_RECOVERY_ENV, RUN_TIMEOUT_S
+from tests.chaos.progress import outcome_counts
 from tests.conftest import WorkerProcess
 from tests.factories import duplicates
 from worker.fleet.identity import process_owner
@@ -118,14 +119,7 @@ def test_killed_workers_leak_no_reservation_and_count_nothing_twice(
     # (no call settled twice, none released twice), within the budget
     figures = check_run(engine, run_id)
     spent, reserved, held, billed = _ledger(engine, run_id)
-    with engine.connect() as conn:
-        outcomes: dict[str | None, int] = dict(
-            conn.execute(
-                select(sessions.c.outcome, func.count())
-                .where(sessions.c.run_id == run_id)
-                .group_by(sessions.c.outcome)
-            ).all()
-        )
+    outcomes = outcome_counts(engine, run_id)
     chaos_report(
         figures,
         sigkills=KILLS,
