@@ -343,7 +343,8 @@ def _shared_options() -> list[Callable[..., Any]]:
             type=click.FloatRange(min=0, min_open=True),
             default=None,
             help="Dollars a run may spend: each model call's worst case is reserved "
-            "before it is sent, and a session whose call does not fit ends stopped.",
+            "before it is sent; a session under way whose call does not fit waits for the "
+            "calls in flight, and one with no room left ends stopped.",
         ),
         _choice(
             "reserve",

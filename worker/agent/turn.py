@@ -226,6 +226,7 @@ def _play(
         limits.check_spend(config, spent, view.run_budget_usd)
     log = [decode(kind, payload) for kind, payload in view.events]
     task = _task_of(view)
+    reserved = _reserves(view, config)
     profile = get_profile(view.profile)
     prefix = build_prefix(task, profile)
     request = ModelRequest(
@@ -236,12 +237,12 @@ def _play(
         tool_mode=profile.tool_mode,
         # A bound is sent when the run sets one or reserves its calls: without a budget, a
         # model's own limit leaves a large page whole.
-        max_output_tokens=config.output_limit(reserved=_reserves(view, config)),
+        max_output_tokens=config.output_limit(reserved=reserved),
     )
     chosen = model or _model_for(rt, view, config, task)
     ledger.timer.lap("rebuild")
     hold = None
-    if _reserves(view, config):
+    if reserved:
         hold, request = _reserve(rt, claim, view, config, request, ledger.timer, retries)
         ledger.timer.lap("reserve")
     answer = _generate(rt, claim, request, chosen, retries=retries, hold=hold)
