@@ -8,14 +8,16 @@ from typing import Any
 
 from celery import shared_task
 from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
+from sqlalchemy.exc import DBAPIError
 
 from verifier.chromium.binary import resolve_sandbox
 from verifier.verify import close_browser, shared_browser, shared_sandbox, verify_handoff
+from worker.celery import database_lost
 from worker.errors import BrowserUnavailable, SandboxUnavailable, TransientError
 from worker.fleet.dispatch import VERIFY_TASK
 from worker.fleet.runtime import Runtime
 from worker.settings import SANDBOX_QUEUE, VERIFY_QUEUE
-from worker.store.engine import make_engine
+from worker.store.engine import connection_lost, make_engine
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +78,11 @@ def verify(self: Any, session_id: int, round_no: int) -> str:
             delay_s,
         )
         raise self.retry(countdown=delay_s, exc=exc) from None
+    except DBAPIError as exc:
+        if not connection_lost(exc):
+            raise
+        lost = database_lost(self, f"verify {session_id}/{round_no}", exc)
+        raise self.retry(countdown=lost.delay_s, exc=lost) from None
 
 
 @celeryd_after_setup.connect  # type: ignore[untyped-decorator]

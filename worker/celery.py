@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery, bootsteps, current_app, shared_task, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from worker.agent.turn import run_turn
@@ -26,10 +27,11 @@ from worker.errors import TransientError
 from worker.fleet import sampler
 from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
+from worker.fleet.outage import Outage
 from worker.fleet.reconciler import ReconcilerThread
 from worker.fleet.runtime import Runtime
 from worker.settings import QUEUES, SESSIONS_QUEUE, VERIFY_QUEUE, Settings, describe_invalid
-from worker.store.engine import make_engine, pool_sizes
+from worker.store.engine import connection_lost, make_engine, pool_sizes
 from worker.store.fleet import fleet_id
 from worker.store.roles import can_reconcile
 
@@ -136,6 +138,11 @@ class SwarmCelery(Celery):  # type: ignore[misc]
                 )
             return self._runtime
 
+    @cached_property
+    def outage(self) -> Outage:
+        """Stops this worker taking work while its database cannot be reached."""
+        return Outage(self.control, self.runtime.engine)
+
 
 class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
     """Runs the reconciler beside every worker, for as long as the worker runs."""
@@ -235,6 +242,12 @@ def turn(self: Any, session_id: int, turn_no: int, retries: int = 0) -> str:
             return run_turn(rt=rt, session_id=session_id, turn_no=turn_no, retries=retries).value
         except PoolTimeout as exc:
             raise _pool_wait(rt, session_id, turn_no) from exc
+        except DBAPIError as exc:
+            if not connection_lost(exc):
+                raise
+            if rt.observer is not None:
+                rt.observer.after_turn(outcome="retried")
+            raise database_lost(self, f"turn {session_id}/{turn_no}", exc) from exc
     except TransientError as exc:
         kwargs = {
             "session_id": session_id,
@@ -261,6 +274,22 @@ def _pool_wait(rt: Runtime, session_id: int, turn_no: int) -> TransientError:
     if rt.observer is not None:
         rt.observer.after_turn(outcome="retried")
     return TransientError("database pool exhausted", delay_s=delay_s, counts=False)
+
+
+def database_lost(task: Any, what: str, exc: DBAPIError) -> TransientError:
+    """A task that could not reach the database: sent again at once, not an error.
+
+    A restarted server or a cut link ended its connection; the task wrote nothing it
+    did not commit. This worker stops taking work until the database answers again
+    (:mod:`worker.fleet.outage`), and the task goes back to the queue at once for a worker
+    that can reach it. If it had claimed its lease, the new holder takes over once that
+    lapses, as for a dead worker. The retry does not use up the turn's allowance.
+    """
+    app: SwarmCelery = task.app
+    logger.warning("%s: database unreachable (%s); sent again", what, str(exc.orig).strip())
+    if task.request.hostname:
+        app.outage.report(worker=task.request.hostname, queues=list(app.amqp.queues.consume_from))
+    return TransientError("database unreachable", delay_s=0.0, counts=False)
 
 
 # Resource sampling, through Celery's signals: one sampler per process that runs tasks.

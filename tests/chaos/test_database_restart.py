@@ -1,8 +1,10 @@
 """Scenario 3: PostgreSQL restarts (fast shutdown) in the middle of a run.
 
 Every connection is cut and every open transaction rolled back, including turn commits in
-flight. The cluster is this test's own (see :class:`~tests.chaos.services.PrivateCluster`):
-the machine's shared PostgreSQL is never touched.
+flight. A task that meets a dropped connection is sent again, not failed, and its worker
+takes no work until the database answers again (:mod:`worker.fleet.outage`). The cluster
+is this test's own (see :class:`~tests.chaos.services.PrivateCluster`): the machine's
+shared PostgreSQL is never touched.
 """
 
 from __future__ import annotations
@@ -75,11 +77,10 @@ def test_run_completes_across_a_database_restart(
     wait_for_run(engine, run_id, RUN_TIMEOUT_S)
     # Then the workers reconnected, no turn is visible in part, and the run completed whole
     figures = check_run(engine, run_id)
-    failed_tasks = sum(
-        "raised unexpected" in line
-        for w, mark in zip(workers, marks, strict=True)
-        for line in w.log[mark:]
-    )
+    logs = [line for w, mark in zip(workers, marks, strict=True) for line in w.log[mark:]]
+    failed_tasks = sum("raised unexpected" in line for line in logs)
+    sent_again = sum("database unreachable (" in line for line in logs)
+    paused = sum("stops taking work" in line for line in logs)
     chaos_report(
         figures,
         pg_restarts=cluster.restarts,
@@ -89,8 +90,12 @@ def test_run_completes_across_a_database_restart(
         shared_backends=len(backends_before & backends_after),
         in_flight_at_restart=in_flight,
         tasks_failed_by_restart=failed_tasks,
+        tasks_sent_again=sent_again,
+        workers_paused=paused,
     )
     assert started_after > started_before
+    # A task that met a dropped connection was sent again, never failed
+    assert failed_tasks == 0
     assert backends_before and not backends_before & backends_after
     assert figures.partial_turns == 0 and figures.orphan_usage == 0
     assert figures.fenced_writes == 0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from worker.errors import NotMigrated
@@ -31,6 +31,19 @@ SQLITE_BUSY_TIMEOUT_S = 60
 #: Seconds a new PostgreSQL connection may take (unless the URL says) before it fails, so
 #: that an unreachable server is reported instead of waited on.
 PG_CONNECT_TIMEOUT_S = 10
+#: How a PostgreSQL connection notices that its link died, unless the URL says otherwise:
+#: data unacknowledged for ``tcp_user_timeout`` milliseconds, or an idle connection's
+#: keepalive probes unanswered, fail the statement in seconds. Without them a statement
+#: sent into a cut link waits for the kernel's retransmissions, a quarter of an hour,
+#: holding its lease's session and its thread. A statement merely slow (a lock wait, a
+#: long query) is not affected: the server acknowledges what it was sent.
+PG_LINK_OPTIONS = {
+    "tcp_user_timeout": 5000,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 2,
+}
 #: JSON columns are (de)serialised by orjson: a turn decodes its whole event log, pages
 #: included, and the standard library's decoder made that the part of a turn that grows.
 #: Keys that are not strings are written as strings, as ``json.dumps`` does.
@@ -114,11 +127,12 @@ def make_engine(
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
-    connect_args = (
-        {}
-        if "connect_timeout" in make_url(url).query
-        else {"connect_timeout": PG_CONNECT_TIMEOUT_S}
-    )
+    query = make_url(url).query
+    connect_args: dict[str, Any] = {
+        k: v
+        for k, v in {"connect_timeout": PG_CONNECT_TIMEOUT_S, **PG_LINK_OPTIONS}.items()
+        if k not in query
+    }
     engine = create_engine(
         url,
         connect_args=connect_args,
@@ -132,6 +146,21 @@ def make_engine(
     event.listen(engine, "checkin", _mark_idle)
     event.listen(engine, "checkout", _pinger(engine))
     return engine
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database could not be reached, not what was asked of it.
+
+    SQLAlchemy flags a connection it found dead (a server restart, a cut link); a new
+    connection that could not be made raises psycopg's own ``OperationalError``, whose
+    subclasses are errors the server reported (a deadlock, a serialization failure).
+    """
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    cls = type(exc.orig)
+    return cls.__module__ == "psycopg" and cls.__name__ == "OperationalError"
 
 
 def _mark_idle(_dbapi_conn: Any, record: ConnectionPoolEntry) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from worker.settings import Settings
 from worker.store import engine as engine_module
-from worker.store.engine import make_engine
+from worker.store.engine import PG_LINK_OPTIONS, connection_lost, make_engine
 
 pytestmark = pytest.mark.services
 
@@ -26,6 +28,13 @@ def _terminate(admin: Engine, pid: int) -> None:
 @pytest.fixture
 def one_connection(settings: Settings) -> Engine:
     return make_engine(settings.model_copy(update={"db_pool_size": 1, "db_max_overflow": 0}))
+
+
+def _closed_port() -> int:
+    """A port of this host nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _killed_after_use(pool: Engine, admin: Engine) -> int:
@@ -60,4 +69,42 @@ def test_a_connection_in_steady_use_is_not_pinged(
     assert raised.value.connection_invalidated
     # Then the failure invalidated it, and the next use gets a new one
     assert _backend(one_connection) != first
+    one_connection.dispose()
+
+
+def test_a_lost_connection_is_told_from_an_error_the_server_reported(
+    one_connection: Engine, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a connection killed in steady use, a server that cannot be reached, and an
+    # error the server itself reported, an OperationalError too (a lock not available)
+    monkeypatch.setattr(engine_module, "PING_IDLE_S", 3600.0)
+    _killed_after_use(one_connection, engine)
+    with pytest.raises(DBAPIError) as killed:
+        _backend(one_connection)
+    unreachable = make_engine(
+        Settings(database_url=f"postgresql+psycopg://127.0.0.1:{_closed_port()}/test")
+    )
+    with pytest.raises(DBAPIError) as refused, unreachable.connect():
+        pass
+    with engine.connect() as holder, engine.connect() as waiter:
+        holder.execute(text("SELECT pg_advisory_lock(4242)"))
+        waiter.execute(text("SET lock_timeout = '10ms'"))
+        with pytest.raises(OperationalError) as reported:
+            waiter.execute(text("SELECT pg_advisory_lock(4242)"))
+    # Then the first two say the database could not be reached, the last does not
+    assert connection_lost(killed.value) and connection_lost(refused.value)
+    assert not connection_lost(reported.value)
+    one_connection.dispose()
+    unreachable.dispose()
+
+
+def test_a_connection_notices_a_dead_link_in_seconds(one_connection: Engine) -> None:
+    # Given a pooled PostgreSQL connection
+    with one_connection.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        # Then it was opened with a TCP user timeout and keepalives, unless the URL said
+        parameters = raw.info.get_parameters()  # type: ignore[attr-defined]
+    for name, value in PG_LINK_OPTIONS.items():
+        assert parameters[name] == str(value)
     one_connection.dispose()
