@@ -4,17 +4,13 @@ Every message in Redis is lost; the database still says which turns are due, and
 workers' reconciler sends them again. The Redis is this test's own (see
 :class:`~tests.chaos.services.PrivateRedis`): the machine's shared one is never touched.
 
-Celery 5.7.0 with kombu 5.7.0 does not survive this: a worker that holds unacknowledged
-messages when the connection drops exits with "Unrecoverable error: AttributeError:
-'NoneType' object has no attribute 'hostname'". Its consumer first ``collect()``s the
-broken connection (which clears the transport's client) and then ``close()``s it; closing
-the channel restores the unacknowledged messages through that cleared client, and the
-AttributeError escapes ``ignore_errors``. It is a race (here at least one of two workers
-died in each of eight trials, a lone worker survived three of three), so no test asserts it.
-Deployments restart dead workers: compose's ``restart: unless-stopped``, and on a bare host
-the systemd unit ``ops/systemd/swarm-worker@.service`` (``Restart=always``). This test starts
-its workers with that unit's command line and supervises them the same way, holds the
-database-side promise, and reports how many workers the restart killed.
+Celery 5.7.0 with kombu 5.7.0's Redis transport does not survive this: a worker that
+holds unacknowledged messages when the connection drops exits with "Unrecoverable error:
+AttributeError: 'NoneType' object has no attribute 'hostname'" (one of two workers, in
+each of eight trials). The workers run on :mod:`worker.fleet.redis_transport`, whose
+channel closes quietly, so no worker may exit. They are still started with the systemd
+unit's command line (``ops/systemd/swarm-worker@.service``) and supervised the same way,
+``Restart=always`` being the second line; the test reports any restart the fault caused.
 """
 
 from __future__ import annotations
@@ -145,6 +141,7 @@ def _run_through_a_broker_restart(
         reconciler_redispatch_passes=redispatched,
     )
     assert redis_after != redis_before and held_before >= 1
+    assert exits == [] and unrecoverable == 0
     assert redispatched >= 1
     assert figures.clean, figures
     assert figures.status_count("succeeded") == 30
