@@ -13,6 +13,11 @@ TURN_TASK = "swarm.turn"
 VERIFY_TASK = "swarm.verify"
 #: The verify queue of each kind of verifier: a host runs browsers or sandboxes where they fit.
 VERIFY_QUEUES = {"chromium": VERIFY_QUEUE, "static": VERIFY_QUEUE, "python": SANDBOX_QUEUE}
+#: Message priorities. kombu's Redis transport keeps a queue's messages in one list per
+#: priority step (0, 3, 6, 9) and reads step 0 first: a task sent again for a session that
+#: lost its worker is read before every task queued in the ordinary way.
+PRIORITY = 5
+TAKEOVER_PRIORITY = 0
 
 
 class Dispatcher(Protocol):
@@ -63,6 +68,7 @@ class CeleryDispatcher:
             task_id=f"{prefix}:{item.session_id}:{item.number}",
             queue=queue,
             countdown=countdown,
+            priority=TAKEOVER_PRIORITY if item.takeover else PRIORITY,
             # What Flower shows, given: Celery's own saferepr walks them in pure Python.
             argsrepr="()",
             kwargsrepr=repr(kwargs),

@@ -12,11 +12,12 @@ the broker (:mod:`worker.fleet.broker`), the reconciler sends again only what th
 does not hold: a message still queued is waiting, one a worker reserved is about to run
 (unless a worker of the fleet died, silent for long or, on this host, its process gone:
 one reserved before it died, or longer than ``redispatch_after_s`` ago, may be the dead
-worker's). A message the broker does not
-hold on two passes in a row, once half of ``redispatch_after_s`` (at most 15 s) has
-passed since its dispatch, is lost (a restarted Redis loses them all) and is sent again at
-once. Without a readable broker, the delays alone decide, as before. Sending twice stays harmless: a
-turn or a verification claims a lease, and only its holder commits.
+worker's). A message the broker does not hold on two passes in a row, once
+:data:`SENT_WITHIN_S` have passed since its dispatch (15 s for a wave's first turns, sent
+all at once; at most half of ``redispatch_after_s``), is lost (a restarted Redis loses
+them all, a worker cut off from Redis could not send it) and is sent again at once.
+Without a readable broker, the delays alone decide. Sending twice stays harmless: a turn
+or a verification claims a lease, and only its holder commits.
 """
 
 from __future__ import annotations
@@ -32,6 +33,21 @@ from worker.fleet.runtime import Runtime
 from worker.store import cache_alarm, due, waves
 
 logger = logging.getLogger(__name__)
+
+
+#: Seconds within which a task sent on its own, right after the commit that made it due,
+#: is on the broker. One not there twice in a row after that is lost: its sender lost the
+#: broker (a restart, or a host cut off from Redis) between the commit and the send.
+SENT_WITHIN_S = 5.0
+
+
+def _first_turn(u: due.Unclaimed) -> bool:
+    """A session's first turn: sent with the rest of its wave, when the wave starts."""
+    return u.dispatch.kind == "turn" and u.dispatch.number == 0
+
+
+def _older(u: due.Unclaimed, than: datetime) -> bool:
+    return u.dispatched_at is None or u.dispatched_at < than
 
 
 class Reconciler:
@@ -59,12 +75,16 @@ class Reconciler:
         stale_verify = now - timedelta(seconds=settings.verify_redispatch_after_s)
         # A message is sent right after its commit, but a wave's first turns go out one
         # after the other, which takes a busy sender a while: none younger is missed.
-        recent = now - timedelta(seconds=min(settings.redispatch_after_s / 2, 15.0))
+        # Any other goes out alone, right after the turn or handoff that made it due.
+        bulk = now - timedelta(seconds=min(settings.redispatch_after_s / 2, 15.0))
+        alone = now - timedelta(seconds=min(settings.redispatch_after_s / 2, SENT_WITHIN_S))
         with rt.engine.begin() as conn:
             dispatches = waves.take_outbox(conn, now=now, older_than=stale)
             dead = dead_owners(due.lease_owners(conn, now=now), host=self.host)
             dispatches += due.claim_lapsed(conn, now=now, dead_owners=dead)
-            waiting = due.unclaimed(conn, before=recent if self.probe else stale)
+            waiting = due.unclaimed(conn, before=alone if self.probe else stale)
+        if self.probe is not None:
+            waiting = [u for u in waiting if not _first_turn(u) or _older(u, bulk)]
         view = self.probe.view() if self.probe is not None and waiting else None
         lost = [u for u in waiting if self._lost(u, view, stale, stale_verify)]
         if view is not None:

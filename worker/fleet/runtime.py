@@ -130,7 +130,7 @@ class Runtime:
 
     def send_all(self, items: Iterable[due.Dispatch]) -> int:
         """Send tasks after their transaction committed; a lost send is the reconciler's."""
-        sent = 0
+        sent, unsent = 0, []
         for item in items:
             try:
                 started = time.perf_counter()
@@ -146,6 +146,14 @@ class Runtime:
                     item.number,
                     exc_info=True,
                 )
+                if not item.delay_s:  # a held first turn keeps the time it is due
+                    unsent.append(item)
+        if unsent:
+            try:
+                with self.engine.begin() as conn:
+                    due.unsent(conn, items=unsent)
+            except Exception:  # the reconciler still finds them, only later
+                logger.warning("could not record %d unsent task(s)", len(unsent), exc_info=True)
         return sent
 
     def _sent(self, item: due.Dispatch, ms: float) -> None:

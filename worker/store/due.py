@@ -30,6 +30,7 @@ __all__ = [
     "lease_owners",
     "redispatch",
     "unclaimed",
+    "unsent",
 ]
 
 
@@ -48,6 +49,10 @@ class Dispatch:
     """Send it this many seconds from now (a first turn held back to warm the cache)."""
     verifier: str = "chromium"
     """For a verification: the kind of verifier its run's task needs (it picks the queue)."""
+    takeover: bool = False
+    """Sent again for a session that lost its worker or its message: it goes ahead of the
+    tasks queued, as the work in flight it was (a verification waits seconds, not the
+    length of a busy browser queue)."""
 
 
 #: What a due session's dispatch is made of: its state, its numbers and its run's verifier.
@@ -98,7 +103,7 @@ def claim_lapsed(
         .values(dispatched_at=now, lease_owner=None, lease_expires_at=None)
         .returning(*DUE_COLUMNS)
     ).all()
-    return [dispatch_of(row) for row in sorted(rows)]
+    return [dispatch_of(row, takeover=True) for row in sorted(rows)]
 
 
 @dataclass(frozen=True)
@@ -164,10 +169,35 @@ def redispatch(conn: Connection, *, items: Sequence[Unclaimed], now: datetime) -
         .values(dispatched_at=now)
         .returning(*DUE_COLUMNS)
     ).all()
-    return [dispatch_of(row) for row in sorted(rows)]
+    return [dispatch_of(row, takeover=True) for row in sorted(rows)]
 
 
-def dispatch_of(row: Any) -> Dispatch:
+def unsent(conn: Connection, *, items: Sequence[Dispatch]) -> None:
+    """Record that ``items`` could not be sent (the broker was out of reach).
+
+    Their sessions are due as if never dispatched, so that the reconciler of any worker
+    that reaches the broker sends them after two passes, instead of waiting as it does for
+    a message the broker may still hold. A session claimed since is left as it is.
+    """
+    if not items:
+        return
+    s = sessions
+    number = case(
+        (s.c.status == SessionStatus.verifying.value, s.c.repair_round), else_=s.c.next_turn
+    )
+    conn.execute(
+        update(s)
+        .where(
+            tuple_(s.c.id, number).in_([(d.session_id, d.number) for d in items]),
+            s.c.lease_expires_at.is_(None),
+        )
+        .values(dispatched_at=None)
+    )
+
+
+def dispatch_of(row: Any, *, takeover: bool = False) -> Dispatch:
     if row.status == SessionStatus.verifying.value:
-        return Dispatch(row.id, "verify", row.repair_round, verifier=row.verifier)
-    return Dispatch(row.id, "turn", row.next_turn)
+        return Dispatch(
+            row.id, "verify", row.repair_round, verifier=row.verifier, takeover=takeover
+        )
+    return Dispatch(row.id, "turn", row.next_turn, takeover=takeover)

@@ -76,7 +76,7 @@ def test_a_turn_waiting_in_a_busy_queue_is_not_sent_again(
     assert _sent(runtime) == []
     # while one that goes by the delay alone would have sent it again
     assert Reconciler(runtime).run_once() == 1
-    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0, takeover=True)]
 
 
 def test_a_lost_turn_is_sent_again_on_the_second_pass(
@@ -93,7 +93,7 @@ def test_a_lost_turn_is_sent_again_on_the_second_pass(
     # When it makes a second pass, Then it sends the turn again, once
     assert reconciler.run_once() == 1
     assert reconciler.run_once() == 0
-    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0, takeover=True)]
 
 
 def test_a_reserved_turn_is_lost_only_when_a_worker_fell_silent(
@@ -120,7 +120,7 @@ def test_a_reserved_turn_is_lost_only_when_a_worker_fell_silent(
         assert reconciler.run_once() == 1
         message.ack()
         queue.close()
-    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0, takeover=True)]
     # and a worker that stops on purpose signs off, so its silence is no death
     probe.sign_off()
     assert runtime.owner.encode() not in probe.client.hgetall(probe.workers_key)
@@ -182,7 +182,7 @@ def test_a_session_leased_by_a_dead_process_of_this_host_is_taken_over_at_once(
     # When the reconciler makes one pass
     assert Reconciler(runtime).run_once() == 1
     # Then the session's turn is sent again, without waiting for the lease to lapse
-    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0, takeover=True)]
     with runtime.engine.connect() as conn:
         owner = conn.execute(select(sessions.c.lease_owner).where(sessions.c.id == sid))
         assert owner.scalar_one() is None
@@ -214,4 +214,51 @@ def test_a_turn_reserved_by_a_dead_process_of_this_host_is_sent_again_at_once(
         assert reconciler.run_once() == 0
         message.ack()
         queue.close()
-    assert _sent(runtime) == [Dispatch(sid, "turn", 0)]
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0, takeover=True)]
+
+
+def test_a_task_sent_again_is_read_before_those_queued(app: Any) -> None:
+    # Given two turns queued the ordinary way
+    dispatcher = CeleryDispatcher(app)
+    dispatcher.send(Dispatch(1, "turn", 0))
+    dispatcher.send(Dispatch(2, "turn", 0))
+    # When a third session's turn is sent again, after it lost its worker
+    dispatcher.send(Dispatch(3, "turn", 4, takeover=True))
+    # Then a worker reads it first, and the others in the order they were sent
+    with app.connection_for_read() as conn:
+        queue = conn.SimpleQueue(SESSIONS_QUEUE)
+        ids = []
+        for _ in range(3):
+            message = queue.get(timeout=10)
+            ids.append(message.headers["id"])
+            message.ack()
+        queue.close()
+    assert ids == ["turn:3:4", "turn:1:0", "turn:2:0"]
+
+
+class _Unreachable:
+    """A dispatcher whose broker is out of reach."""
+
+    def send(self, item: Dispatch, *, delay_s: float = 0.0) -> None:
+        raise ConnectionError("broker unreachable")
+
+
+def test_a_turn_that_could_not_be_sent_is_sent_again_without_waiting(
+    runtime: Runtime, probe: RedisBrokerProbe
+) -> None:
+    # Given a turn committed just now whose send failed: its worker reaches PostgreSQL but
+    # not Redis
+    _, (sid,) = make_run(runtime.engine)
+    _dispatched_ago(runtime, sid, 0.0)
+    cut_off = Runtime(settings=runtime.settings, engine=runtime.engine, dispatcher=_Unreachable())
+    assert cut_off.send_all([Dispatch(sid, "turn", 0)]) == 0
+    # When another worker's reconciler makes two passes, long before redispatch_after_s
+    reconciler = Reconciler(runtime, probe)
+    sent = reconciler.run_once() + reconciler.run_once()
+    # Then it sent the turn, once
+    assert sent == 1
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0, takeover=True)]
+    # while a turn whose send succeeded just now waits for its message to be read
+    _, (other,) = make_run(runtime.engine)
+    _dispatched_ago(runtime, other, 0.0)
+    assert reconciler.run_once() + reconciler.run_once() == 0
