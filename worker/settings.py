@@ -57,6 +57,9 @@ CACHE_EXPIRY_MARGIN_S = 120.0
 #: Frames per second a page's own animation loop must reach, unless told otherwise.
 DEFAULT_VERIFY_MIN_FPS = 30.0
 
+#: Megabytes of decoded session histories a worker process keeps between turns.
+DEFAULT_HISTORY_CACHE_MB = 256.0
+
 
 def _redis_url_is_wellformed(url: str) -> bool:
     """True when the port and the database number of a Redis URL are numbers."""
@@ -114,6 +117,10 @@ class Settings(BaseSettings):
     """First delay of the capped exponential backoff for transient model errors."""
     retry_backoff_max_s: float = Field(default=60.0, gt=0)
     """Cap of that backoff."""
+    history_cache_mb: float = Field(default=DEFAULT_HISTORY_CACHE_MB, ge=0)
+    """Megabytes of decoded session histories a worker process keeps between turns, so a
+    turn reads and decodes only the events new since the one before; the least recently
+    used go first. 0 turns the cache off: every turn reads its session's whole log."""
 
     chromium_path: Path | None = None
     """The Chromium binary Playwright drives through ``executable_path``; by default Debian's

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from worker.agent.events import Ended, Event, ToolFailure, ToolResult
@@ -20,7 +20,16 @@ def rebuild(events: Iterable[Event]) -> list[Content]:
     one turn, and any user text that follows them, merge into one ``user`` content, as
     the Gemini API expects.
     """
-    contents: list[Content] = []
+    return list(extend((), events))
+
+
+def extend(contents: Sequence[Content], events: Iterable[Event]) -> tuple[Content, ...]:
+    """``contents`` (rebuilt from the log's first events) followed by the next ``events``.
+
+    ``extend(rebuild(a), b)`` equals ``rebuild([*a, *b])``: the last content may be replaced
+    by one that merges it with what follows, never changed in place.
+    """
+    out = list(contents)
     for event in events:
         if isinstance(event, ToolResult | ToolFailure):
             body = (
@@ -36,11 +45,11 @@ def rebuild(events: Iterable[Event]) -> list[Content]:
             continue
         else:
             entry = event.content
-        if contents and contents[-1]["role"] == entry["role"] == "user":
-            contents[-1] = {"role": "user", "parts": [*contents[-1]["parts"], *entry["parts"]]}
+        if out and out[-1]["role"] == entry["role"] == "user":
+            out[-1] = {"role": "user", "parts": [*out[-1]["parts"], *entry["parts"]]}
         else:
-            contents.append(entry)
-    return contents
+            out.append(entry)
+    return tuple(out)
 
 
 def elide_long_args(content: Content, *, max_chars: int) -> Content:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -19,7 +20,8 @@ from typing import Any, NamedTuple, NoReturn
 
 from sqlalchemy.engine import Connection
 
-from worker.agent import history, limits
+from worker.agent import history, limits, transcript
+from worker.agent.accounting import observe_commit, usage_row
 from worker.agent.budget import CallHold, worst_case_usd
 from worker.agent.events import (
     Ended,
@@ -29,10 +31,9 @@ from worker.agent.events import (
     NudgeReason,
     ToolFailure,
     ToolResult,
-    decode,
 )
 from worker.agent.prompt import build_prefix
-from worker.agent.timings import OVERHEAD_PHASES, PHASES, TurnTimer
+from worker.agent.timings import TurnTimer
 from worker.agent.tools import ToolContext, run_tool
 from worker.config import RunConfig
 from worker.errors import (
@@ -46,8 +47,8 @@ from worker.errors import (
     ToolError,
     TransientError,
 )
-from worker.fleet.runtime import Runtime, Tracer, TurnObserver
-from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn, TokenUsage
+from worker.fleet.runtime import Runtime, Tracer
+from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn
 from worker.models.sim.model import SimModel
 from worker.notices import NO_CALL_NOTICE, user_text
 from worker.profiles import get_profile
@@ -112,6 +113,8 @@ def _run_turn(
     started = time.monotonic()
     timer = TurnTimer(cpu_clock=rt.cpu_clock)
     claimed_at = rt.clock()
+    kept = transcript.cache_for(engine=rt.engine, settings=rt.settings)
+    held = kept.get(session_id)
     with rt.engine.connect() as conn:
         claimed = turns.claim_turn(
             conn,
@@ -120,6 +123,7 @@ def _run_turn(
             owner=rt.owner,
             now=claimed_at,
             ttl_s=rt.settings.lease_ttl_s,
+            since=None if held is None else held.mark,
         )
         if claimed is None:
             with conn.begin():
@@ -128,7 +132,7 @@ def _run_turn(
             return TurnOutcome.skipped
         claim, view = claimed
         timer.lap("claim")
-        loaded = _load(conn, view)
+        loaded = _load(conn, view, kept.advance(held, view))
     timer.lap("rebuild")
     ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no))
     traced = (
@@ -180,9 +184,11 @@ class _Loaded(NamedTuple):
     config: RunConfig
     spent: limits.Spend | None
     """The session's and run's spend, when a limit is set to check it against."""
+    read: transcript.Transcript
+    """The session's history: its events and the model's contents."""
 
 
-def _load(conn: Connection, view: sessions.SessionView) -> _Loaded:
+def _load(conn: Connection, view: sessions.SessionView, read: transcript.Transcript) -> _Loaded:
     config = RunConfig.model_validate(view.run_config)
     # Summing the run's usage rows costs the database more with every turn of the run:
     # only a limit to check is worth it. A budget held by reservations needs no sum.
@@ -190,7 +196,7 @@ def _load(conn: Connection, view: sessions.SessionView) -> _Loaded:
     limited = checked or config.max_tokens or config.max_cost_usd
     run_id = view.run_id if checked else None
     spent = limits.spend(conn, session_id=view.id, run_id=run_id) if limited else None
-    return _Loaded(view, config, spent)
+    return _Loaded(view, config, spent, read)
 
 
 def _reserves(view: sessions.SessionView, config: RunConfig) -> bool:
@@ -218,13 +224,12 @@ def _play(
             f"turn {claim.turn_no} was claimed {claim.attempts - 1} times without committing",
             outcome=Outcome.poison_turn,
         )
-    view, config, spent = loaded
+    view, config, spent, read = loaded
     if view.run_status == RunStatus.cancelled.value:
         raise SessionStopped("the run was cancelled", outcome=Outcome.cancelled)
     limits.check_turns(config, claim.turn_no)
     if spent is not None:
         limits.check_spend(config, spent, view.run_budget_usd)
-    log = [decode(kind, payload) for kind, payload in view.events]
     task = _task_of(view)
     reserved = _reserves(view, config)
     profile = get_profile(view.profile)
@@ -233,7 +238,7 @@ def _play(
         model=view.model,
         system_instruction=prefix.system_instruction,
         tools=prefix.tools,
-        history=tuple(history.rebuild(log)),
+        history=read.contents,
         tool_mode=profile.tool_mode,
         # A bound is sent when the run sets one or reserves its calls: without a budget, a
         # model's own limit leaves a large page whole.
@@ -247,7 +252,7 @@ def _play(
         ledger.timer.lap("reserve")
     answer = _generate(rt, claim, request, chosen, retries=retries, hold=hold)
     ledger.timer.lap("model")
-    outcome = _commit(rt, claim, view, log, config, task, answer, ledger)
+    outcome = _commit(rt, claim, view, read.events, config, task, answer, ledger)
     return outcome, len(answer.calls)
 
 
@@ -379,7 +384,7 @@ def _commit(
     rt: Runtime,
     claim: claims.Claim,
     view: sessions.SessionView,
-    log: list[Event],
+    log: Sequence[Event],
     config: RunConfig,
     task: Task,
     answer: ModelTurn,
@@ -433,7 +438,7 @@ def _commit(
             run_id=view.run_id,
             items=items,
             first_seq=view.next_seq,
-            usage=_usage_row(rt, view.model, usage, cost_usd, ledger.timer),
+            usage=usage_row(rt.prices, view.model, usage, cost_usd, ledger.timer),
             timing=timing,
             budgeted=view.run_budget_usd is not None,
         )
@@ -454,7 +459,7 @@ def _commit(
             else []
         )
     if rt.observer is not None:
-        _observe(rt.observer, view.model, timing, usage, cost_usd)
+        observe_commit(rt.observer, view.model, timing, usage, cost_usd)
     if loop is not None:
         raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
     nxt = (
@@ -464,42 +469,6 @@ def _commit(
     )
     rt.send_all([nxt, *(due.Dispatch(s, "turn", 0) for s in released)])
     return TurnOutcome.committed
-
-
-def _usage_row(
-    rt: Runtime, model: str, usage: TokenUsage, cost_usd: float, timer: TurnTimer
-) -> dict[str, Any]:
-    return {
-        "model": model,
-        "prompt_tokens": usage.prompt_tokens,
-        "cached_tokens": usage.cached_tokens,
-        "output_tokens": usage.output_tokens,
-        "thoughts_tokens": usage.thoughts_tokens,
-        "tool_use_tokens": usage.tool_use_tokens,
-        "cost_usd": cost_usd,
-        "price_date": rt.prices.price(model).as_of,
-        "latency_ms": int(timer.ms("model")),
-    }
-
-
-def _observe(
-    observer: TurnObserver, model: str, timing: dict[str, Any], usage: TokenUsage, cost_usd: float
-) -> None:
-    phases = {p: timing[f"{p}_ms"] for p in PHASES}
-    phases["overhead"] = sum(ms or 0.0 for p, ms in phases.items() if p in OVERHEAD_PHASES)
-    observer.after_commit(
-        model=model,
-        phases_ms=phases,
-        cpu_ms=timing["cpu_ms"],
-        tokens={
-            "prompt": usage.prompt_tokens,
-            "cached": usage.cached_tokens,
-            "output": usage.output_tokens,
-            "thoughts": usage.thoughts_tokens,
-            "tool_use": usage.tool_use_tokens,
-        },
-        cost_usd=cost_usd,
-    )
 
 
 def _run_tools(answer: ModelTurn, ctx: ToolContext, tracer: Tracer | None = None) -> list[Event]:
@@ -568,7 +537,7 @@ def _end(
                     session_id=claim.session_id,
                     run_id=view.run_id,
                     turn_no=claim.turn_no,
-                    values=_usage_row(rt, view.model, stop.billed, cost_usd, ledger.timer),
+                    values=usage_row(rt.prices, view.model, stop.billed, cost_usd, ledger.timer),
                     now=rt.clock(),
                 )
                 reservations.add_spent(conn, run_id=view.run_id, cost_usd=cost_usd)
@@ -579,6 +548,7 @@ def _end(
                 endings.record_run_stop(conn, session_id=claim.session_id, reason=reason)
     if not ended:
         return TurnOutcome.fenced
+    transcript.cache_for(engine=rt.engine, settings=rt.settings).forget(claim.session_id)
     logger.info(
         "session %s ended %s (%s) at turn %s",
         claim.session_id,

@@ -7,7 +7,7 @@ transaction. State transitions live in :mod:`worker.store.endings`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import Any, Protocol
@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.engine import Connection
 
+from worker.store.eventlog import LogMark
 from worker.store.tables import events, runs, sessions, turn_timings, usage
 
 
@@ -109,7 +110,8 @@ def add_events(
 
 @dataclass(frozen=True)
 class SessionView:
-    """A session as a turn needs it: its run's settings and its event log."""
+    """A session as a turn needs it: its run's settings and its event log (or the part of
+    it after ``log_after``)."""
 
     id: int
     run_id: int
@@ -133,6 +135,12 @@ class SessionView:
     task_sha256: str | None
     next_seq: int = 0
     """The next free event sequence number of turn ``next_turn``."""
+    log_after: LogMark | None = None
+    """The event ``events`` start after (what the reader had read before); None: ``events``
+    is the whole log."""
+    # Where a read ended is the reader's bookkeeping, not the session's state.
+    log_tail: LogMark | None = field(default=None, compare=False)
+    """The log's last event, where a later read may start (PostgreSQL only)."""
 
 
 def load_session(conn: Connection, *, session_id: int) -> SessionView:

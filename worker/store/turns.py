@@ -1,16 +1,17 @@
 """A turn in the store: its claim, with what it reads; its commit, with what it writes.
 
-:func:`claim_turn` takes the session's lease and reads the session, its run and its whole
-event log; on PostgreSQL that is one statement, run outside a transaction (it is atomic on
-its own): one round trip instead of five with BEGIN and COMMIT. The commit transaction of a
-turn first locks the session row under the turn's lease
-(:func:`holds_lease`), so a stale worker finds its epoch superseded before it touches
-anything. The tools then run, and :func:`commit_turn` writes what the turn produced (its
-events, usage row and timing row) together with the fence that advances ``next_turn``. On
-PostgreSQL that is one statement, the inserts as data-modifying CTEs of the fence's
-UPDATE: a turn's rows cost one round trip, not four. In a run with a budget the same
-statement settles the model call's reservation (:mod:`worker.store.reservations`): the hold
-is released and the billed cost spent only if the fence passes.
+:func:`claim_turn` takes the session's lease and reads the session, its run and its event
+log (only what follows the caller's mark, :mod:`worker.store.eventlog`); on PostgreSQL that
+is one statement, run outside a transaction (it is atomic on its own): one round trip
+instead of five with BEGIN and COMMIT. The commit transaction of a turn first locks the
+session row under the turn's lease (:func:`holds_lease`), so a stale worker finds its epoch
+superseded before it touches anything. The tools then run, and :func:`commit_turn` writes
+what the turn produced (its events, usage row and timing row) together with the fence that
+advances ``next_turn``. On PostgreSQL that is one statement, the inserts as data-modifying
+CTEs of the fence's UPDATE: a turn's rows cost one round trip, not four. In a run with a
+budget the same statement settles the model call's reservation
+(:mod:`worker.store.reservations`): the hold is released and the billed cost spent only if
+the fence passes.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.selectable import CTE
 
 from worker.states import SessionStatus
-from worker.store import claims, reservations
+from worker.store import claims, eventlog, reservations
 from worker.store.claims import CLAIM_TURN, Claim
+from worker.store.eventlog import LogMark
 from worker.store.sessions import (
     RUN_TASK_COLUMNS,
     LogEntry,
@@ -68,23 +69,8 @@ _CLAIMED = CLAIM_TURN.returning(
     sessions.c.next_turn,
     sessions.c.repair_round,
 ).cte("claimed")
-_LOG = (
-    select(
-        func.json_agg(
-            aggregate_order_by(
-                func.json_build_array(
-                    events.c.kind, events.c.payload, events.c.turn_no, events.c.seq
-                ),
-                events.c.turn_no,
-                events.c.seq,
-            ),
-            type_=JSON,
-        )
-    )
-    .where(events.c.session_id == _CLAIMED.c.id)
-    .scalar_subquery()
-)
-#: PostgreSQL: the claim, the session and its run, and the event log as one JSON array.
+#: PostgreSQL: the claim, the session and its run, and the event log after the caller's mark
+#: as one JSON array, with whether the mark still holds.
 _CLAIM_AND_LOAD_PG = select(
     _CLAIMED,
     runs.c.model,
@@ -93,12 +79,20 @@ _CLAIM_AND_LOAD_PG = select(
     runs.c.status.label("run_status"),
     runs.c.budget_usd,
     *RUN_TASK_COLUMNS,
-    _LOG.label("log"),
+    eventlog.log_after(_CLAIMED.c.id).label("log"),
+    eventlog.mark_holds(_CLAIMED.c.id).label("mark_holds"),
 ).join(runs, runs.c.id == _CLAIMED.c.run_id)
 
 
 def claim_turn(
-    conn: Connection, *, session_id: int, turn_no: int, owner: str, now: datetime, ttl_s: float
+    conn: Connection,
+    *,
+    session_id: int,
+    turn_no: int,
+    owner: str,
+    now: datetime,
+    ttl_s: float,
+    since: LogMark | None = None,
 ) -> tuple[Claim, SessionView] | None:
     """Take the session's lease for ``turn_no`` and read what the turn needs, at once.
 
@@ -109,6 +103,8 @@ def claim_turn(
         owner: This process's lease owner name.
         now: The claim's time.
         ttl_s: How long the lease lasts unless renewed.
+        since: The last event the caller has read of the log: on PostgreSQL only the events
+            after it are read, if it is still the same row (the view's ``log_after`` says).
 
     Returns:
         The claim and the session as the turn reads it, or None when the turn is not due
@@ -125,10 +121,15 @@ def claim_turn(
         session_id=session_id, number=turn_no, owner=owner, now=now, expires_at=expires_at
     )
     with conn.execution_options(isolation_level="AUTOCOMMIT").begin():
-        row = conn.execute(_CLAIM_AND_LOAD_PG, params).first()
+        row = conn.execute(_CLAIM_AND_LOAD_PG, params | eventlog.mark_params(since)).first()
+        if row is not None and since is not None and not row.mark_holds:
+            # The log was rewritten under the mark (a fork rebuilt, a database refilled).
+            since, log = None, eventlog.read_log(conn, session_id=session_id)
+        elif row is not None:
+            log = row.log or []
     if row is None:
         return None
-    log = row.log or []
+    read = eventlog.rows_of(log, after=since, next_turn=row.next_turn)
     claim = Claim(
         session_id, turn_no, row.lease_epoch, row.turn_attempts, expires_at, row.dispatched_at
     )
@@ -147,11 +148,13 @@ def claim_turn(
         run_config=row.config,
         run_status=row.run_status,
         run_budget_usd=row.budget_usd,
-        events=[(kind, payload) for kind, payload, _, _ in log],
+        events=read.events,
         task_ref=row.task_ref,
         task_version=row.task_version,
         task_sha256=row.task_sha256,
-        next_seq=1 + max((seq for _, _, turn, seq in log if turn == row.next_turn), default=-1),
+        next_seq=read.next_seq,
+        log_after=since,
+        log_tail=read.tail,
     )
     return claim, view
 
