@@ -142,6 +142,11 @@ def make_engine(
         max_overflow=max_overflow,
         pool_timeout=settings.db_pool_timeout_s,
         pool_recycle=1800,
+        # The connection checked in last goes out first: a turn that comes back from its
+        # model call gets one used a moment ago, which needs no test (PING_IDLE_S), instead
+        # of the pool's oldest, which does: one round trip less per checkout, which a slow
+        # link makes hundreds of milliseconds.
+        pool_use_lifo=True,
     )
     event.listen(engine, "checkin", _mark_idle)
     event.listen(engine, "checkout", _pinger(engine))

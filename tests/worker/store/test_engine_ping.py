@@ -108,3 +108,15 @@ def test_a_connection_notices_a_dead_link_in_seconds(one_connection: Engine) -> 
     for name, value in PG_LINK_OPTIONS.items():
         assert parameters[name] == str(value)
     one_connection.dispose()
+
+
+def test_the_connection_checked_in_last_goes_out_first(settings: Settings) -> None:
+    # Given a pool of two connections, the first returned a moment before the second
+    pool = make_engine(settings.model_copy(update={"db_pool_size": 2, "db_max_overflow": 0}))
+    first, second = pool.connect(), pool.connect()
+    pids = [int(c.execute(text("SELECT pg_backend_pid()")).scalar_one()) for c in (first, second)]
+    first.close()
+    second.close()
+    # When a connection is asked for, Then it is the one used last: no idle one to test
+    assert _backend(pool) == pids[1]
+    pool.dispose()
