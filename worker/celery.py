@@ -27,6 +27,7 @@ from worker.errors import TransientError
 from worker.fleet import sampler
 from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
+from worker.fleet.intake import Intake
 from worker.fleet.outage import Outage
 from worker.fleet.reconciler import ReconcilerThread
 from worker.fleet.redis_transport import TRANSPORT as REDIS_TRANSPORT
@@ -145,9 +146,14 @@ class SwarmCelery(Celery):  # type: ignore[misc]
             return self._runtime
 
     @cached_property
+    def intake(self) -> Intake:
+        """This worker's consumption of its queues, stopped while a reason holds."""
+        return Intake(self.control)
+
+    @cached_property
     def outage(self) -> Outage:
         """Stops this worker taking work while its database cannot be reached."""
-        return Outage(self.control, self.runtime.engine)
+        return Outage(self.intake, self.runtime.engine)
 
 
 class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
@@ -168,8 +174,12 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             # The verify role may not; the session workers' reconcilers cover verifications.
             logger.info("this worker's database role cannot reconcile; no reconciler here")
             return
+        app.intake.bind(worker.hostname, list(app.amqp.queues.consume_from))
         self.thread = ReconcilerThread(
-            app.runtime, app.settings.reconcile_interval_s, probe=broker_probe(app)
+            app.runtime,
+            app.settings.reconcile_interval_s,
+            probe=broker_probe(app),
+            intake=app.intake,
         )
         self.thread.start()
 

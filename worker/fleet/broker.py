@@ -61,8 +61,17 @@ class BrokerProbe(Protocol):
         broker that cannot be read)."""
         ...
 
-    def heartbeat(self) -> None:
-        """Report this worker alive (once per reconciler pass)."""
+    def heartbeat(self, round_trip_ms: float | None = None) -> None:
+        """Report this worker alive (once per reconciler pass), with how long a round trip
+        to its database took, if measured."""
+        ...
+
+    def round_trips(self) -> list[float]:
+        """The round trips (ms) the other live workers of the fleet reported last."""
+        ...
+
+    def queued(self) -> int | None:
+        """How many messages wait in the queues, or None when it cannot tell."""
         ...
 
     def sign_off(self) -> None:
@@ -100,6 +109,7 @@ class RedisBrokerProbe:
         self.beat_s = beat_s
         self.host = this_host()
         self.workers_key = f"{prefix}workers"
+        self.round_trips_key = f"{prefix}round_trips"
         self.lists = [
             f"{prefix}{q}{_PRIORITY_SEP}{p}" if p else f"{prefix}{q}"
             for q in queues
@@ -128,17 +138,51 @@ class RedisBrokerProbe:
         silent, dead_by = self._silent(beats)
         return BrokerView(queued, reserved, silent, dead_by)
 
-    def heartbeat(self) -> None:
-        """Record this worker's heartbeat in the fleet's hash of workers."""
+    def heartbeat(self, round_trip_ms: float | None = None) -> None:
+        """Record this worker's heartbeat in the fleet's hash of workers, and its round
+        trip to the database in the fleet's hash of round trips."""
         try:
-            self.client.hset(self.workers_key, self.owner, str(time.time()))
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(self.workers_key, self.owner, str(time.time()))
+            if round_trip_ms is not None:
+                pipe.hset(self.round_trips_key, self.owner, f"{round_trip_ms:.3f}")
+            pipe.execute()
         except redis.RedisError:
             logger.warning("could not record this worker's heartbeat", exc_info=True)
+
+    def round_trips(self) -> list[float]:
+        """The round trips (ms) the other workers that beat lately reported."""
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(self.workers_key)
+            pipe.hgetall(self.round_trips_key)
+            beats, trips = pipe.execute()
+        except redis.RedisError:
+            return []
+        now = time.time()
+        return [
+            float(ms)
+            for key, ms in trips.items()
+            if key.decode() != self.owner
+            and key in beats
+            and now - float(beats[key]) <= self.silence_s
+        ]
+
+    def queued(self) -> int | None:
+        """How many messages wait in the queues (every priority step)."""
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for key in self.lists:
+                pipe.llen(key)
+            return int(sum(pipe.execute()))
+        except redis.RedisError:
+            return None
 
     def sign_off(self) -> None:
         """Take this worker out of the fleet's hash: its silence is no death."""
         try:
             self.client.hdel(self.workers_key, self.owner)
+            self.client.hdel(self.round_trips_key, self.owner)
         except redis.RedisError:
             logger.warning("could not sign this worker off", exc_info=True)
 

@@ -18,6 +18,12 @@ all at once; at most half of ``redispatch_after_s``), is lost (a restarted Redis
 them all, a worker cut off from Redis could not send it) and is sent again at once.
 Without a readable broker, the delays alone decide. Sending twice stays harmless: a turn
 or a verification claims a lease, and only its holder commits.
+
+Each pass also times one statement's round trip to the database and reports it with the
+worker's heartbeat. A worker whose round trip is far longer than the other workers' (a
+slow or lossy link: every turn makes several) takes no work while theirs leaves none
+waiting in the queues (:mod:`worker.fleet.intake`): its turns would hold their sessions,
+and a wave, back for seconds each.
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ import threading
 import time
 from datetime import datetime, timedelta
 
+from sqlalchemy import text
+
 from worker.fleet.broker import BrokerProbe, BrokerView, dead_owners
 from worker.fleet.identity import this_host
+from worker.fleet.intake import Intake, on_slow_link
 from worker.fleet.runtime import Runtime
 from worker.store import cache_alarm, due, waves
 
@@ -50,6 +59,10 @@ def _older(u: due.Unclaimed, than: datetime) -> bool:
     return u.dispatched_at is None or u.dispatched_at < than
 
 
+#: Why a worker on a slow link takes no work (:class:`Intake`).
+SLOW_LINK = "slow link"
+
+
 class Reconciler:
     """One reconciler of a worker process; it remembers the messages it missed last pass.
 
@@ -58,18 +71,26 @@ class Reconciler:
         probe: Reads the broker; None to decide by delays alone.
     """
 
-    def __init__(self, rt: Runtime, probe: BrokerProbe | None = None) -> None:
+    def __init__(
+        self, rt: Runtime, probe: BrokerProbe | None = None, intake: Intake | None = None
+    ) -> None:
         self.rt = rt
         self.probe = probe
+        self.intake = intake
         self.missing: set[str] = set()
         """Task ids due and not on the broker at the previous pass."""
         self.host = this_host()
+        self.backlog = 0
+        """Passes in a row that found work waiting in the queues."""
 
     def run_once(self) -> int:
         """One pass; returns how many tasks were sent."""
         rt, now = self.rt, self.rt.clock()
         if self.probe is not None:
-            self.probe.heartbeat()
+            round_trip_ms = self._round_trip_ms()
+            self.probe.heartbeat(round_trip_ms)
+            if self.intake is not None and round_trip_ms is not None:
+                self._mind_link(self.probe, self.intake, round_trip_ms)
         settings = rt.settings
         stale = now - timedelta(seconds=settings.redispatch_after_s)
         stale_verify = now - timedelta(seconds=settings.verify_redispatch_after_s)
@@ -104,6 +125,34 @@ class Reconciler:
         with rt.engine.begin() as conn:
             cache_alarm.watch(conn, now=now, ended_since=ended_since)
         return sent
+
+    def _round_trip_ms(self) -> float | None:
+        """How long one statement takes to come back from the database, on the leases'
+        own connection (no queue for the pool), or None if it failed."""
+        if self.rt.settings.is_sqlite:
+            return None
+        started = time.perf_counter()
+        try:
+            with self.rt.leases.engine.connect() as conn:
+                conn.execute(text("select 1"))
+        except Exception:  # an outage is the tasks' to report
+            return None
+        return (time.perf_counter() - started) * 1000
+
+    def _mind_link(self, probe: BrokerProbe, intake: Intake, round_trip_ms: float) -> None:
+        """Take no work while this worker's link is slow next to the fleet's, unless the
+        fleet leaves work waiting in the queues on two passes in a row."""
+        slow = on_slow_link(round_trip_ms, probe.round_trips())
+        self.backlog = self.backlog + 1 if slow and probe.queued() else 0
+        if slow and self.backlog < 2:
+            if intake.pause(SLOW_LINK):
+                logger.warning(
+                    "a round trip to the database takes %.0f ms here, far longer than on "
+                    "the fleet's other workers",
+                    round_trip_ms,
+                )
+        else:
+            intake.resume(SLOW_LINK)
 
     def _lost(
         self,
@@ -141,9 +190,15 @@ class Reconciler:
 class ReconcilerThread(threading.Thread):
     """Runs :meth:`Reconciler.run_once` every ``interval_s`` until stopped."""
 
-    def __init__(self, rt: Runtime, interval_s: float, probe: BrokerProbe | None = None) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        interval_s: float,
+        probe: BrokerProbe | None = None,
+        intake: Intake | None = None,
+    ) -> None:
         super().__init__(name="swarm-reconciler", daemon=True)
-        self.reconciler = Reconciler(rt, probe)
+        self.reconciler = Reconciler(rt, probe, intake)
         self.interval_s = interval_s
         self._stop_event = threading.Event()
 

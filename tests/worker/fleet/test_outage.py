@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.chaos.progress import wait_until
+from worker.fleet.intake import Intake
 from worker.fleet.outage import Outage
 from worker.settings import Settings
 from worker.store.engine import make_engine
@@ -64,7 +65,7 @@ def test_a_worker_takes_no_work_until_its_database_answers(
     url = target.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
     engine = make_engine(settings.model_copy(update={"database_url": url}))
     control = _Control()
-    outage = Outage(control, engine, probe_s=0.05)
+    outage = Outage(Intake(control), engine, probe_s=0.05)
     # When one of its tasks reports it, and then another
     assert outage.report(worker="w@h", queues=["sessions", "verify"])
     assert not outage.report(worker="w@h", queues=["sessions", "verify"])

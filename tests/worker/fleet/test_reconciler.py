@@ -21,6 +21,7 @@ from worker.celery import broker_probe
 from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import CeleryDispatcher
 from worker.fleet.identity import process_owner
+from worker.fleet.intake import Intake
 from worker.fleet.reconciler import Reconciler
 from worker.fleet.runtime import Runtime
 from worker.settings import SESSIONS_QUEUE, Settings
@@ -262,3 +263,53 @@ def test_a_turn_that_could_not_be_sent_is_sent_again_without_waiting(
     _, (other,) = make_run(runtime.engine)
     _dispatched_ago(runtime, other, 0.0)
     assert reconciler.run_once() + reconciler.run_once() == 0
+
+
+class _Intake(Intake):
+    """An intake whose remote-control commands are recorded."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        super().__init__(self)
+        self.bind("w@h", [SESSIONS_QUEUE])
+
+    def cancel_consumer(self, queue: str, **kwargs: object) -> object:
+        self.sent.append("cancel")
+        return None
+
+    def add_consumer(self, queue: str, **kwargs: object) -> object:
+        self.sent.append("add")
+        return None
+
+
+def test_a_worker_on_a_slow_link_takes_work_only_when_the_fleet_leaves_some_waiting(
+    runtime: Runtime, app: Any, probe: RedisBrokerProbe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two other workers of the fleet whose round trips to the database take 0.5 ms,
+    # and this worker's, which take 200 ms (a slow link)
+    for owner in ("h2:1", "h3:1"):
+        probe.client.hset(probe.workers_key, owner, str(time.time()))
+        probe.client.hset(probe.round_trips_key, owner, "0.5")
+    monkeypatch.setattr(Reconciler, "_round_trip_ms", lambda self: 200.0)
+    intake = _Intake()
+    reconciler = Reconciler(runtime, probe, intake)
+    # When the reconciler makes a pass, Then the worker stops taking work
+    reconciler.run_once()
+    assert intake.sent == ["cancel"] and intake.paused == {"slow link"}
+    # and it reported its own round trip with its heartbeat
+    assert float(probe.client.hget(probe.round_trips_key, runtime.owner) or 0) == 200.0
+    # When work waits in the queue on two passes in a row, Then it takes work again
+    CeleryDispatcher(app).send(Dispatch(1, "turn", 0))
+    reconciler.run_once()
+    assert intake.sent == ["cancel"]
+    reconciler.run_once()
+    assert intake.sent == ["cancel", "add"] and not intake.paused
+    # When the queue is empty again and its link as fast as the others', Then it goes
+    # on taking work
+    probe.client.flushdb()
+    for owner in ("h2:1", "h3:1"):
+        probe.client.hset(probe.workers_key, owner, str(time.time()))
+        probe.client.hset(probe.round_trips_key, owner, "0.5")
+    monkeypatch.setattr(Reconciler, "_round_trip_ms", lambda self: 0.6)
+    reconciler.run_once()
+    assert intake.sent == ["cancel", "add"] and not intake.paused
