@@ -8,8 +8,11 @@ root namespace only; a ``socat`` forwarder per service listens on the bridge's a
 carries the hosts' connections there.
 
 A host is lost by SIGKILLing every process of its namespace, and partitioned by an
-``nftables`` table in its namespace that drops everything through its link (connections
-stay open and their packets vanish, as on a cut cable), healed by deleting the table.
+``nftables`` table in its namespace that drops everything through its link, or only what
+goes to one service (connections stay open and their packets vanish, as on a cut cable),
+healed by deleting the table. A host added with its own link reaches the services through
+forwarders of its own (:mod:`tests.chaos.link`), which can hold every byte for a delay
+while nftables drops a share of its packets: a slow, lossy link.
 :meth:`TestBed.close` deletes the namespaces, the bridge and the forwarders, and kills
 whatever still runs, whatever the test did.
 """
@@ -23,8 +26,12 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -77,6 +84,10 @@ class Host:
         self.address = str(bed.subnet.network_address + 10 + index)
         self.worker: WorkerProcess | None = None
         self.partitioned = False
+        self.slowed = False
+        self.ports: dict[int, int] = {}
+        """A service's port to this host's own forwarder's, if it has its own."""
+        self.control = bed.workdir / f"{self.hostname}.delay"
         peer = f"{self.link}p"
         _run("ip", "netns", "add", self.netns)
         _run("ip", "link", "add", self.link, "type", "veth", "peer", "name", peer)
@@ -111,6 +122,42 @@ class Host:
         self.worker = WorkerProcess(env, args, prefix=prefix).start()
         return self.worker
 
+    def url(self, url: str) -> str:
+        """How this host reaches the service at ``url`` (one the bed forwards)."""
+        shared = self.bed.url(url)
+        port = urlsplit(url).port
+        if port not in self.ports:
+            return shared
+        parts = urlsplit(shared)
+        netloc = parts.netloc.replace(f":{port}", f":{self.ports[port]}")
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    def redis_rtt_ms(self, url: str, pings: int = 5) -> float:
+        """The median time of a PING to the Redis at ``url``, as this host sees it."""
+        probe = (
+            "import redis, statistics, sys, time\n"
+            "client = redis.Redis.from_url(sys.argv[1], socket_timeout=30)\n"
+            "client.ping()\n"
+            "times = []\n"
+            "for _ in range(int(sys.argv[2])):\n"
+            "    started = time.perf_counter()\n"
+            "    client.ping()\n"
+            "    times.append((time.perf_counter() - started) * 1000)\n"
+            "print(statistics.median(times))\n"
+        )
+        out = _run(
+            "ip",
+            "netns",
+            "exec",
+            self.netns,
+            sys.executable,
+            "-c",
+            probe,
+            self.url(url),
+            str(pings),
+        )
+        return float(out)
+
     def pids(self) -> list[int]:
         """Every process of this host, by its pid in the root namespace."""
         return [int(p) for p in _run("ip", "netns", "pids", self.netns).split()]
@@ -144,16 +191,67 @@ class Host:
             self.worker.proc.wait(30)
         return len(pids)
 
-    def partition(self) -> None:
-        """Drop every packet through this host's link, both ways, until :meth:`heal`."""
-        rules = (
+    def kill_worker(self) -> int:
+        """SIGKILL this host's worker (its PID namespace, browsers and all, dies with it);
+        returns its pid in the root namespace."""
+        pid = self._worker_root_pid()
+        os.kill(pid, signal.SIGKILL)
+        if self.worker is not None and self.worker.proc is not None:
+            self.worker.proc.wait(30)
+        return pid
+
+    def partition(self, ports: Iterable[int] = ()) -> None:
+        """Drop every packet through this host's link, both ways, until :meth:`heal`; or
+        only those of connections to ``ports`` (a service's), if any are named."""
+        out_match = in_match = ""
+        if ports:
+            # A host with its own forwarders reaches a service at their port.
+            listed = ", ".join(str(self.ports.get(p, p)) for p in ports)
+            out_match, in_match = f" tcp dport {{ {listed} }}", f" tcp sport {{ {listed} }}"
+        self._nft(
             "table inet swarm_partition {\n"
             "  chain in { type filter hook input priority -300; policy accept;"
-            ' iifname "eth0" drop; }\n'
+            f' iifname "eth0"{in_match} drop; }}\n'
             "  chain out { type filter hook output priority -300; policy accept;"
-            ' oifname "eth0" drop; }\n'
+            f' oifname "eth0"{out_match} drop; }}\n'
             "}\n"
         )
+        self.partitioned = True
+
+    def heal(self) -> None:
+        """Undo :meth:`partition`."""
+        _run("ip", "netns", "exec", self.netns, "nft", "delete", "table", "inet", "swarm_partition")
+        self.partitioned = False
+
+    def slow_link(self, delay_ms: float, loss_pct: float) -> None:
+        """Hold every byte to and from the services ``delay_ms`` each way (this host's own
+        forwarders, :mod:`tests.chaos.link`), and drop ``loss_pct`` % of the packets the
+        host sends, until :meth:`fast_link`."""
+        assert self.ports, "the host reaches the services through the bed's shared forwarders"
+        self.control.write_text(f"{delay_ms}\n")
+        per_mille = round(loss_pct * 10)
+        self._nft(
+            "table inet swarm_loss {\n"
+            "  chain out { type filter hook output priority -300; policy accept;"
+            f' oifname "eth0" numgen random mod 1000 < {per_mille} drop; }}\n'
+            "}\n"
+        )
+        self.slowed = True
+
+    def fast_link(self) -> None:
+        """Undo :meth:`slow_link`."""
+        self.control.write_text("0\n")
+        _run("ip", "netns", "exec", self.netns, "nft", "delete", "table", "inet", "swarm_loss")
+        self.slowed = False
+
+    def mend(self) -> None:
+        """Undo whatever fault of the link is still in place."""
+        if self.partitioned:
+            self.heal()
+        if self.slowed:
+            self.fast_link()
+
+    def _nft(self, rules: str) -> None:
         subprocess.run(
             ["ip", "netns", "exec", self.netns, "nft", "-f", "-"],
             input=rules,
@@ -162,12 +260,17 @@ class Host:
             text=True,
             timeout=30,
         )
-        self.partitioned = True
 
-    def heal(self) -> None:
-        """Undo :meth:`partition`."""
-        _run("ip", "netns", "exec", self.netns, "nft", "delete", "table", "inet", "swarm_partition")
-        self.partitioned = False
+    def kill_browsers(self) -> int:
+        """SIGKILL every Chromium process of this host; returns how many there were."""
+        killed = 0
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                exe = Path(f"/proc/{pid}/comm").read_text().strip()
+                if exe.startswith(("chrome", "chromium", "headless_shell")):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+        return killed
 
     def stop_worker(self, timeout_s: float = 30.0) -> None:
         """Stop the worker warmly (SIGTERM), at once if it does not stop in time."""
@@ -207,8 +310,9 @@ class TestBed:
         self.subnet = _free_subnet()
         self.gateway = str(self.subnet.network_address + 1)
         self.hosts: list[Host] = []
-        self.forwarders: list[subprocess.Popen[bytes]] = []
+        self.forwarders: list[subprocess.Popen[str] | subprocess.Popen[bytes]] = []
         self.ports: list[int] = []
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
@@ -237,11 +341,41 @@ class TestBed:
             time.sleep(0.05)
         self.ports.append(port)
 
-    def add_host(self) -> Host:
-        """A new host on the bridge."""
+    def add_host(self, *, own_link: bool = False) -> Host:
+        """A new host on the bridge; with ``own_link``, it reaches the services through
+        forwarders of its own, whose link :meth:`Host.slow_link` can slow down."""
         host = Host(self, len(self.hosts) + 1)
         self.hosts.append(host)
+        if own_link:
+            for port in self.ports:
+                host.ports[port] = self._link(port, host.control)
         return host
+
+    def _link(self, port: int, control: Path) -> int:
+        """Start a :mod:`tests.chaos.link` forwarder from a free port of the bridge's
+        address to ``port`` on 127.0.0.1; returns the port it listens on."""
+        with socket.socket() as sock:
+            sock.bind((self.gateway, 0))
+            free = int(sock.getsockname()[1])
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.chaos.link",
+                f"{self.gateway}:{free}",
+                f"127.0.0.1:{port}",
+                str(control),
+            ],
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.forwarders.append(proc)
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "listening":
+            raise RuntimeError(f"no forwarder on {self.gateway}:{free}")
+        return free
 
     def url(self, url: str) -> str:
         """How a host reaches the service at ``url`` (one of those forwarded)."""
@@ -261,3 +395,4 @@ class TestBed:
             proc.wait(10)
         with contextlib.suppress(subprocess.SubprocessError):
             _run("ip", "link", "delete", self.bridge)
+        shutil.rmtree(self.workdir, ignore_errors=True)
