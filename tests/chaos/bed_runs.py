@@ -159,10 +159,26 @@ def run_on_bed(
     fault: Callable[[Host], None] | None,
     verifier: str = "static",
     ready: Ready = under_way,
+    timeout_s: float = RUN_TIMEOUT_S,
 ) -> Outcome:
     """A 5x10 run over the bed's hosts; ``fault`` (if any) hits the first host once
-    ``ready`` says it holds work worth striking."""
+    ``ready`` says it holds work worth striking. The workers are stopped whatever happens."""
     _start_workers(bed, settings, verifier)
+    try:
+        return _run_and_strike(bed, settings, engine, enqueue, fault, ready, timeout_s)
+    finally:
+        _stop_workers(bed)
+
+
+def _run_and_strike(
+    bed: TestBed,
+    settings: Settings,
+    engine: Engine,
+    enqueue: Callable[..., int],
+    fault: Callable[[Host], None] | None,
+    ready: Ready,
+    timeout_s: float,
+) -> Outcome:
     victim = bed.hosts[0]
     owners = [h.owner() for h in bed.hosts]
     pids = [h.worker_pid() for h in bed.hosts]
@@ -186,13 +202,13 @@ def run_on_bed(
             wait_until(
                 "the first host holding work, the run under way",
                 lambda: ready(engine, run_id, owners[0]),
-                RUN_TIMEOUT_S,
+                timeout_s,
             )
             positions = session_positions(engine, run_id)
             held = held_by(engine, run_id, owners[0])
             record.append(Fault(time.monotonic(), {sid: positions[sid] for sid in held}))
             fault(victim)
-        until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
+        until_finished(engine, run_id, show=False, timeout_s=timeout_s)
         wall_s = time.monotonic() - started
         time.sleep(0.5)  # one more look by the watcher
     finally:
@@ -210,7 +226,6 @@ def run_on_bed(
         )
         fenced = sum(" fenced: lease epoch" in line for line in victim.worker.log)
     logs = [h.worker.log if h.worker is not None else [] for h in bed.hosts]
-    _stop_workers(bed)
     return Outcome(run_id, wall_s, record[0] if record else None, owners, pids, fenced, logs)
 
 
@@ -227,10 +242,19 @@ class Baselines:
         engine: Engine,
         enqueue: Callable[..., int],
         verifier: str = "static",
+        timeout_s: float = RUN_TIMEOUT_S,
     ) -> float:
         """The no-fault run's wall time with ``verifier``, run the first time it is asked."""
         if verifier not in self.wall_s:
-            outcome = run_on_bed(bed, settings, engine, enqueue, fault=None, verifier=verifier)
+            outcome = run_on_bed(
+                bed,
+                settings,
+                engine,
+                enqueue,
+                fault=None,
+                verifier=verifier,
+                timeout_s=timeout_s,
+            )
             assert check_run(engine, outcome.run_id).clean
             self.wall_s[verifier] = outcome.wall_s
         return self.wall_s[verifier]

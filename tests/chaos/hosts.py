@@ -332,6 +332,8 @@ class TestBed:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # A group of its own: the child serving each connection dies with it.
+            start_new_session=True,
         )
         self.forwarders.append(proc)
         deadline = time.monotonic() + FORWARDER_READY_S
@@ -367,6 +369,7 @@ class TestBed:
                 str(control),
             ],
             cwd=Path(__file__).resolve().parents[2],
+            start_new_session=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -391,8 +394,11 @@ class TestBed:
         for host in self.hosts:
             host.close()
         for proc in self.forwarders:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+            if proc.stdout is not None:
+                proc.stdout.close()
         with contextlib.suppress(subprocess.SubprocessError):
             _run("ip", "link", "delete", self.bridge)
         shutil.rmtree(self.workdir, ignore_errors=True)
