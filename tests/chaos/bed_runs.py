@@ -78,6 +78,8 @@ class Outcome:
     pids: list[int]
     fenced_turns: int = 0
     logs: list[list[str]] = field(default_factory=list)
+    survived: bool = False
+    """Whether the first host's worker was alive when the run ended."""
 
 
 def make_bed(pg_url: str, redis_url: str) -> Iterator[TestBed]:
@@ -215,7 +217,8 @@ def _run_and_strike(
         done.set()
         victim.mend()
     fenced = 0
-    if fault is not None and victim.worker is not None and victim.worker.alive:
+    survived = victim.worker is not None and victim.worker.alive
+    if fault is not None and survived and victim.worker is not None:
         # A host cut off is back once its worker beats on the broker again; its turns that
         # were cut off then end (fenced) before a warm shutdown lets the worker go.
         healed_at = time.time()
@@ -226,7 +229,8 @@ def _run_and_strike(
         )
         fenced = sum(" fenced: lease epoch" in line for line in victim.worker.log)
     logs = [h.worker.log if h.worker is not None else [] for h in bed.hosts]
-    return Outcome(run_id, wall_s, record[0] if record else None, owners, pids, fenced, logs)
+    fault_seen = record[0] if record else None
+    return Outcome(run_id, wall_s, fault_seen, owners, pids, fenced, logs, survived)
 
 
 class Baselines:

@@ -261,16 +261,23 @@ class Host:
             timeout=30,
         )
 
-    def kill_browsers(self) -> int:
-        """SIGKILL every Chromium process of this host; returns how many there were."""
-        killed = 0
+    def browser_pids(self) -> list[int]:
+        """This host's Chromium processes."""
+        found = []
         for pid in self.pids():
             with contextlib.suppress(OSError):
-                exe = Path(f"/proc/{pid}/comm").read_text().strip()
-                if exe.startswith(("chrome", "chromium", "headless_shell")):
-                    os.kill(pid, signal.SIGKILL)
-                    killed += 1
-        return killed
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+                if name.startswith(("chrome", "chromium", "headless_shell")):
+                    found.append(pid)
+        return found
+
+    def kill_browsers(self) -> int:
+        """SIGKILL every Chromium process of this host; returns how many there were."""
+        pids = self.browser_pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return len(pids)
 
     def stop_worker(self, timeout_s: float = 30.0) -> None:
         """Stop the worker warmly (SIGTERM), at once if it does not stop in time."""
