@@ -24,13 +24,12 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from worker.agent.turn import run_turn
 from worker.errors import TransientError
-from worker.fleet import sampler
+from worker.fleet import redis_transport, sampler
 from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
 from worker.fleet.intake import Intake
 from worker.fleet.outage import Outage
 from worker.fleet.reconciler import ReconcilerThread
-from worker.fleet.redis_transport import TRANSPORT as REDIS_TRANSPORT
 from worker.fleet.runtime import Runtime
 from worker.settings import QUEUES, SESSIONS_QUEUE, VERIFY_QUEUE, Settings, describe_invalid
 from worker.store.engine import connection_lost, make_engine, pool_sizes
@@ -48,13 +47,12 @@ logger = logging.getLogger(__name__)
 def celery_config(settings: Settings, *, fleet: str | None = None) -> dict[str, Any]:
     """Celery settings derived from Swarm's; ``fleet`` names the fleet's keys on Redis."""
     transport: dict[str, Any] = {}
-    config: dict[str, Any] = {}
     if settings.is_embedded:
         transport["polling_interval"] = 0.05
     elif settings.broker_url.startswith(("redis://", "rediss://")):
         if settings.broker_url.startswith("redis://"):
-            # A worker that loses Redis reconnects instead of stopping (redis_transport).
-            config["broker_transport"] = REDIS_TRANSPORT
+            # A worker that loses Redis reconnects instead of stopping.
+            redis_transport.install()
         # A message unacknowledged this long is delivered again; the reconciler usually
         # re-dispatches long before, so this only bounds how late a duplicate can be.
         transport["visibility_timeout"] = 3600
@@ -63,7 +61,6 @@ def celery_config(settings: Settings, *, fleet: str | None = None) -> dict[str, 
             # fleet's prefix: fleets sharing one Redis database never see each other's tasks.
             transport["global_keyprefix"] = f"swarm:{fleet}:"
     return {
-        **config,
         "broker_url": settings.broker_url,
         "broker_transport_options": transport,
         "broker_connection_retry_on_startup": True,

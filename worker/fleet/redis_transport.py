@@ -21,10 +21,20 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 
-#: How Celery names this transport (``broker_transport``).
+#: Where kombu finds this transport.
 TRANSPORT = f"{__name__}:Transport"
+
+
+def install() -> None:
+    """Make this transport the one kombu's ``redis://`` URLs name.
+
+    Naming it in ``broker_transport`` instead would make the connection's URL name the
+    class, which Flower's broker page, among others, does not know.
+    """
+    TRANSPORT_ALIASES["redis"] = TRANSPORT
 
 
 class Channel(kombu_redis.Channel):
