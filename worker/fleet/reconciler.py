@@ -82,6 +82,8 @@ class Reconciler:
         self.host = this_host()
         self.backlog = 0
         """Passes in a row that found work waiting in the queues."""
+        self.slow = 0
+        """Passes in a row that found this worker's link slow next to the fleet's."""
 
     def run_once(self) -> int:
         """One pass; returns how many tasks were sent."""
@@ -140,11 +142,13 @@ class Reconciler:
         return (time.perf_counter() - started) * 1000
 
     def _mind_link(self, probe: BrokerProbe, intake: Intake, round_trip_ms: float) -> None:
-        """Take no work while this worker's link is slow next to the fleet's, unless the
-        fleet leaves work waiting in the queues on two passes in a row."""
+        """Take no work while this worker's link is slow next to the fleet's on two passes
+        in a row, unless the fleet leaves work waiting in the queues on two in a row."""
         slow = on_slow_link(round_trip_ms, probe.round_trips())
+        self.slow = self.slow + 1 if slow else 0
         self.backlog = self.backlog + 1 if slow and probe.queued() else 0
-        if slow and self.backlog < 2:
+        # Two passes in a row, either way: one slow statement is no slow link.
+        if self.slow >= 2 and self.backlog < 2:
             if intake.pause(SLOW_LINK):
                 logger.warning(
                     "a round trip to the database takes %.0f ms here, far longer than on "

@@ -49,5 +49,7 @@ def test_a_slow_link_is_one_far_slower_than_the_fleet_s() -> None:
     assert not on_slow_link(500.0, [400.0, 600.0])
     # One far slower than the others is
     assert on_slow_link(200.0, [0.5, 0.7])
+    # while a worker whose own loop runs behind by tens of milliseconds is not
+    assert not on_slow_link(60.0, [0.5, 0.7])
     # but a few milliseconds are never slow, however fast the others
     assert not on_slow_link(SLOW_FLOOR_MS - 1, [0.1, 0.1])
