@@ -1,21 +1,25 @@
 # ruff: noqa: T201
-"""CPU, memory and overhead of one worker as concurrency grows: 1x100, 1x500, 1x1000.
+"""CPU, memory and overhead of one host's workers as concurrency grows: 1x100 to 1x10000.
 
-For each shape (N, or W waves of N: ``WxN``) and pool, a fresh ``python -m worker -P
-POOL -c N`` process on real PostgreSQL and Redis runs the waves of ``sim`` sessions (a fixed
-latency unless ``--sim-latency-jitter`` says, static verification). Printed per shape and
-pool: wall time and wall ÷ model floor (the floor is, wave by wave, the longest session's
-turns times the sim latency: exact at a fixed latency, a mean under jitter), peak
-worker RSS and RSS per concurrent session, worker CPU per turn and PostgreSQL CPU per turn
-(the backends serving the bench's database), the turn overhead p50/p99 from the timing
-ledger, and duplicate turn tasks; with several pools, each one's figures over the last's.
-The sim's page generation is timed apart, in this process, since it is the stand-in model's
-cost and not the runtime's.
+For each shape (N, or W waves of N: ``WxN``) and pool, ``--processes`` fresh workers (one per
+core by default, as a host runs them: ``python -m worker -Q sessions,verify -P POOL -c K``
+with K = N / processes, sharing nothing but PostgreSQL and Redis) run the waves of ``sim``
+sessions (a fixed latency unless ``--sim-latency-jitter`` says, static verification). Printed
+per shape and pool: wall time and wall ÷ model floor (the floor is, wave by wave, the
+longest session's turns times the sim latency: exact at a fixed latency, a mean under
+jitter), peak RSS of all worker processes summed and RSS per concurrent session, worker CPU
+per turn (all processes), PostgreSQL CPU per turn (the backends serving the bench's
+database), Redis CPU per turn, the turn overhead p50/p99 from the timing ledger, duplicate
+turn tasks, Redis ``used_memory`` peak, PostgreSQL connections peak, database bytes per
+session and re-dispatches (the reconcilers' log lines); with several pools, each one's
+figures over the last's. The sim's page generation is timed apart, in this process, since it
+is the stand-in model's cost and not the runtime's.
 
     python -m ops.bench.scale                                  # 100, 500, 1000 at 5 s
     python -m ops.bench.scale --sizes 100,500 --sim-latency-ms 5000 --repeat 2
-    python -m ops.bench.scale --sizes 10x10 --sim-latency-ms 1500 --repeat 3
-    python -m ops.bench.scale --sizes 1000 --pools gevent,threads --sim-latency-ms 20000
+    python -m ops.bench.scale --sizes 1000 --sim-latency-ms 20000         # goal: <= 1.10x
+    python -m ops.bench.scale --sizes 10000 --sim-latency-ms 60000 --timeout-s 1200
+    python -m ops.bench.scale --sizes 1000 --pools gevent,threads --processes 1
 
 It creates (and drops) its own database ``swarm_bench_<hex>`` and flushes its Redis db.
 """
@@ -23,21 +27,29 @@ It creates (and drops) its own database ``swarm_bench_<hex>`` and flushes its Re
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
-import threading
 import time
-from contextlib import suppress
 from typing import Any
 
 import click
-import psutil
 from sqlalchemy import Engine, func, inspect, select
 
+from ops.bench.host import (
+    HostSampler,
+    HostWorkers,
+    PostgresCpu,
+    cpu_seconds,
+    database_bytes,
+    host_cpu_s,
+    print_host,
+    redis_server_cpu_s,
+    swarm_cpu,
+)
 from ops.bench.wave_memory import (
     MIB,
-    Worker,
     bench_runtime,
     print_alerts,
     run_to_end,
@@ -73,47 +85,14 @@ MEDIAN_KEYS = (
     "overhead_p99_ms",
     "duplicates",
     "succeeded",
+    "redis_cpu_ms_per_turn",
+    "host_cpu_ms_per_turn",
+    "redis_peak_mib",
+    "redis_added_mib",
+    "pg_connections_peak",
+    "db_bytes_per_session",
+    "redispatches",
 )
-
-
-class PostgresCpu:
-    """CPU of the PostgreSQL backends serving one database, sampled until stopped."""
-
-    def __init__(self, database: str, interval_s: float = 0.25) -> None:
-        self.database = database
-        self.interval_s = interval_s
-        self.first: dict[int, float] = {}
-        self.last: dict[int, float] = {}
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def start(self) -> PostgresCpu:
-        """Take a first sample, then keep sampling in the background."""
-        self._sample()
-        self._thread.start()
-        return self
-
-    def stop(self) -> float:
-        """Stop; returns the CPU seconds the backends used while sampled."""
-        self._done.set()
-        self._thread.join()
-        self._sample()
-        return sum(self.last[pid] - self.first[pid] for pid in self.last)
-
-    def _loop(self) -> None:
-        while not self._done.wait(self.interval_s):
-            self._sample()
-
-    def _sample(self) -> None:
-        for proc in psutil.process_iter(["name", "cmdline"]):
-            with suppress(psutil.Error):
-                line = " ".join(proc.info["cmdline"] or [])
-                if not line.startswith("postgres:") or f" {self.database} " not in f"{line} ":
-                    continue
-                times = proc.cpu_times()
-                cpu = float(times.user + times.system)
-                self.first.setdefault(proc.pid, cpu)
-                self.last[proc.pid] = cpu
 
 
 def page_generation_ms(samples: int = 20) -> float:
@@ -148,13 +127,15 @@ def measure(
     *,
     shape: WaveSpec,
     pool: str,
+    processes: int,
     seed: int,
     latency_ms: int,
     jitter: float,
     idle_s: float,
     timeout_s: float,
+    pg_admin_url: str,
 ) -> dict[str, Any]:
-    """One run of ``shape``'s waves on a fresh worker with a slot per concurrent session."""
+    """One run of ``shape``'s waves on ``processes`` fresh workers, a slot per session."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
     env.update(
         SWARM_DATABASE_URL=rt.settings.database_url,
@@ -162,14 +143,20 @@ def measure(
         SWARM_VERIFIER="static",
     )
     size = shape.size
-    worker = Worker(env, 0.25, concurrency=size, pool=pool)
     database = rt.engine.url.database or ""
+    host = HostWorkers(env, processes=processes, concurrency=math.ceil(size / processes), pool=pool)
+    sampler: HostSampler | None = None
     try:
-        worker.wait_ready()
+        host.wait_ready()
+        sampler = HostSampler(
+            pids=host.pids,
+            redis_url=rt.settings.broker_url,
+            pg_admin_url=pg_admin_url,
+            database=database,
+        ).start()
         time.sleep(idle_s)  # the idle measurement window, not a wait for work
-        idle = statistics.median(rss for _, rss in list(worker.samples))
-        proc = psutil.Process(worker.proc.pid)
-        cpu0 = proc.cpu_times()
+        db0 = database_bytes(pg_admin_url, database)
+        cpu0, redis0, host0 = cpu_seconds(host.pids), redis_server_cpu_s(), host_cpu_s()
         pg = PostgresCpu(database).start()
         started = time.monotonic()
         config = RunConfig(
@@ -180,11 +167,19 @@ def measure(
         )
         run_id, figures = run_to_end(rt, config, timeout_s=timeout_s)
         wall_s = time.monotonic() - started
-        cpu1 = proc.cpu_times()
+        worker_cpu_s = cpu_seconds(host.pids) - cpu0
+        redis_cpu_s, host_s = redis_server_cpu_s() - redis0, host_cpu_s() - host0
         pg_cpu_s = pg.stop()
-        peak = max((rss for at, rss in list(worker.samples) if at >= started), default=idle)
+        db_bytes = database_bytes(pg_admin_url, database) - db0
     finally:
-        worker.stop()
+        if sampler is not None:
+            sampler.stop()
+        host.stop()
+    assert sampler is not None  # the run above raised otherwise
+    idle = sampler.idle(sampler.rss, started)
+    peak = sampler.peak(sampler.rss, started) or idle
+    redis_idle = sampler.idle(sampler.redis_bytes, started)
+    redis_peak = sampler.peak(sampler.redis_bytes, started)
     with rt.engine.connect() as conn:
         per_session = (
             select(sessions.c.wave_id, func.count().label("turns"))
@@ -207,10 +202,11 @@ def measure(
     turns = max(figures.turns, 1)
     floor_s = longest * latency_ms / 1000
     p50, p99, dup, turn_cpu = _ledger(rt.engine, run_id)
-    worker_cpu_s = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
+    total = max(figures.sessions.total, 1)
     return {
         "shape": f"{shape.waves}x{size}",
         "pool": pool,
+        "processes": processes,
         "size": size,
         "run": run_id,
         "wall_s": round(wall_s, 2),
@@ -226,11 +222,18 @@ def measure(
         "worker_cpu_ms_per_turn": round(worker_cpu_s * 1000 / turns, 2),
         "turn_cpu_ms": None if turn_cpu is None else round(turn_cpu, 2),
         "pg_cpu_ms_per_turn": round(pg_cpu_s * 1000 / turns, 2),
+        "redis_cpu_ms_per_turn": round(redis_cpu_s * 1000 / turns, 2),
+        "host_cpu_ms_per_turn": round(host_s * 1000 / turns, 2),
+        "redis_peak_mib": round(redis_peak / MIB, 1),
+        "redis_added_mib": round((redis_peak - redis_idle) / MIB, 1),
+        "pg_connections_peak": sampler.peak(sampler.pg_connections, started),
+        "db_bytes_per_session": round(db_bytes / total),
+        "redispatches": host.redispatches(),
         "overhead_p50_ms": None if p50 is None else round(p50, 1),
         "overhead_p99_ms": None if p99 is None else round(p99, 1),
         "duplicates": dup,
-        "log_alerts": len(worker.alerts),
-        "alerts": worker.alerts[:10],
+        "log_alerts": len(host.alerts),
+        "alerts": host.alerts[:10],
     }
 
 
@@ -252,7 +255,14 @@ def line(f: dict[str, Any], page_ms: float) -> str:
         f"PostgreSQL CPU {f['pg_cpu_ms_per_turn']:.2f} ms/turn, "
         f"overhead p50 {_fmt(f['overhead_p50_ms'], '.1f')} ms "
         f"p99 {_fmt(f['overhead_p99_ms'], '.1f')} ms, "
-        f"duplicate turn tasks {_fmt(f['duplicates'])}"
+        f"duplicate turn tasks {_fmt(f['duplicates'])}\n"
+        f"{'':<15} host: {f['processes']} worker process(es), "
+        f"Redis CPU {f['redis_cpu_ms_per_turn']:.2f} ms/turn, workers + PostgreSQL + Redis "
+        f"{swarm_cpu(f):.2f} ms/turn (whole host, others' load too: "
+        f"{f['host_cpu_ms_per_turn']:.2f}), Redis used_memory peak {f['redis_peak_mib']:.1f} MiB "
+        f"(+{f['redis_added_mib']:.1f} over idle), PostgreSQL connections peak "
+        f"{f['pg_connections_peak']}, database {f['db_bytes_per_session'] / 1024:.1f} KiB/session, "
+        f"re-dispatches {f['redispatches']}"
     )
 
 
@@ -266,6 +276,12 @@ def line(f: dict[str, Any], page_ms: float) -> str:
     "--pools",
     default="gevent",
     help="Worker pools, each run on every shape in turn: gevent, threads (a thread a slot).",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=os.cpu_count() or 1,
+    help="Worker processes, as a host runs them: one per core, each with N / processes slots.",
 )
 @click.option("--repeat", type=click.IntRange(min=1), default=1, help="Runs of each size.")
 @click.option("--seed", type=int, default=7)
@@ -281,6 +297,7 @@ def line(f: dict[str, Any], page_ms: float) -> str:
 def main(
     sizes: str,
     pools: str,
+    processes: int,
     repeat: int,
     seed: int,
     sim_latency_ms: int,
@@ -291,7 +308,7 @@ def main(
     redis_url: str,
     as_json: bool,
 ) -> None:
-    """Measure CPU, memory and overhead per turn at growing concurrency."""
+    """Measure one host's workers' CPU, memory and overhead per turn at growing concurrency."""
     out = sys.stderr if as_json else sys.stdout
     try:
         shapes = {s.strip(): WaveSpec.parse(s.strip()) for s in sizes.split(",") if s.strip()}
@@ -313,11 +330,13 @@ def main(
                         rt,
                         shape=shapes[name],
                         pool=pool,
+                        processes=processes,
                         seed=seed,
                         latency_ms=sim_latency_ms,
                         jitter=sim_latency_jitter,
                         idle_s=idle_s,
                         timeout_s=timeout_s,
+                        pg_admin_url=pg_admin_url,
                     )
                     done.append(f)
                     print(line(f, page_ms), file=out, flush=True)
@@ -325,6 +344,9 @@ def main(
     except KeyboardInterrupt:
         print("interrupted; worker stopped, database dropped, Redis flushed", file=sys.stderr)
         sys.exit(130)
+    except TimeoutError as exc:
+        print(f"{exc}; workers stopped, database dropped, Redis flushed", file=sys.stderr)
+        sys.exit(1)
     medians = {
         n: {
             k: (statistics.median(r[k] for r in rs) if all(r[k] is not None for r in rs) else None)
@@ -354,6 +376,7 @@ def main(
             f"{m['pg_cpu_ms_per_turn']:>10.2f} {_fmt(m['overhead_p50_ms'], '.1f'):>8} "
             f"{_fmt(m['overhead_p99_ms'], '.1f'):>8} {_fmt(m['duplicates'], 'g'):>5}"
         )
+    print_host(medians, processes)
     if len(chosen) > 1:
         print_ratios(medians, list(shapes), chosen)
 
