@@ -104,7 +104,7 @@ def test_a_connection_notices_a_dead_link_in_seconds(one_connection: Engine) -> 
         raw = conn.connection.dbapi_connection
         assert raw is not None
         # Then it was opened with a TCP user timeout and keepalives, unless the URL said
-        parameters = raw.info.get_parameters()  # type: ignore[attr-defined]
+        parameters = raw.info.get_parameters()
     for name, value in PG_LINK_OPTIONS.items():
         assert parameters[name] == str(value)
     one_connection.dispose()
