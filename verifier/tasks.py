@@ -21,9 +21,6 @@ from worker.store.engine import connection_lost, make_engine
 
 logger = logging.getLogger(__name__)
 
-#: Retries of a verification whose measurement the machine's load made meaningless.
-MAX_STARVED_RETRIES = 5
-
 _lock = threading.Lock()
 _verify_rt: Runtime | None = None
 
@@ -56,13 +53,11 @@ def verify(self: Any, session_id: int, round_no: int) -> str:
     """Judge the version a session handed off in ``round_no`` and record the verdict."""
     rt = verify_runtime(self.app.runtime)
     try:
-        # A starved renderer is retried a few times; after that the page is judged as is.
         return verify_handoff(
             rt,
             session_id=session_id,
             round_no=round_no,
             browser=lambda: shared_browser(rt.settings),
-            retry_starved=self.request.retries < MAX_STARVED_RETRIES,
         )
     except TransientError as exc:
         # An infrastructure fault (the browser, the sandbox, a task this worker cannot

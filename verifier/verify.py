@@ -113,7 +113,6 @@ def verify_handoff(
     session_id: int,
     round_no: int,
     browser: Browser | Callable[[], Browser | None] | None,
-    retry_starved: bool = True,
 ) -> str:
     """Judge what a session handed off in ``round_no`` and record the verdict.
 
@@ -123,7 +122,6 @@ def verify_handoff(
         round_no: Its repair round.
         browser: For a page: the browser to judge it in (None: statically), or what gives it
             (called only when a page is judged, so a sandbox worker never starts one).
-        retry_starved: Raise instead of judging a page the machine starved.
 
     Returns:
         What the verdict did: ``succeeded``, ``repair``, ``failed`` or ``duplicate``.
@@ -136,7 +134,7 @@ def verify_handoff(
     handoff = claim_handoff(rt, session_id=session_id, round_no=round_no)
     if handoff is None:
         return "duplicate"
-    verify = partial(_verify, rt, handoff, browser=browser, retry_starved=retry_starved)
+    verify = partial(_verify, rt, handoff, browser=browser)
     if rt.tracer is not None:
         return rt.tracer.verification(session_id=session_id, round_no=round_no, judge=verify)
     return verify()
@@ -147,7 +145,6 @@ def _verify(
     handoff: Handoff,
     *,
     browser: Browser | Callable[[], Browser | None] | None,
-    retry_starved: bool,
 ) -> str:
     """Judge a claimed handoff and record the verdict (see :func:`verify_handoff`)."""
     session_id = handoff.session_id
@@ -162,7 +159,6 @@ def _verify(
                 submission_of(task, handoff),
                 settings=rt.settings,
                 browser=browser,
-                retry_starved=retry_starved,
             )
         except (BrowserUnavailable, SandboxUnavailable, VerifierUnavailable):
             release_handoff(rt, handoff, retry_in_s=0)
@@ -195,7 +191,6 @@ def judge_submission(
     *,
     settings: Settings,
     browser: Browser | Callable[[], Browser | None] | None,
-    retry_starved: bool = True,
 ) -> tuple[Verdict, str]:
     """Judge a submission as the task's verifier kind says; returns the verdict and method.
 
@@ -212,7 +207,6 @@ def judge_submission(
         submission.content,
         browser=chosen,
         min_fps=settings.verify_min_fps,
-        retry_starved=retry_starved,
         static=task.static_checks(_public(submission)),
     )
     return verdict, "browser" if chosen is not None else "static"

@@ -16,7 +16,6 @@
     │   │   └── LimiterUnavailable  the limiter's Redis cannot be reached
     │   ├── BudgetHeld         a call fits once the calls in flight settle (uses no retry)
     │   ├── BrowserUnavailable the verifier's browser failed to launch or died
-    │   │   └── RendererStarved the machine, not the page, kept the frame rate too low
     │   ├── SandboxUnavailable the Python sandbox could not be built, or failed before the test
     │   └── VerifierUnavailable the verify worker cannot judge this task here
     ├── ModelFatal             the provider refused the request for good
@@ -131,14 +130,6 @@ class RateLimited(ModelUnavailable):
 
 class BrowserUnavailable(TransientError):
     """The verifier's browser could not launch or died: an infrastructure fault."""
-
-
-class RendererStarved(BrowserUnavailable):
-    """A page ran below the frame rate it needs because the host starved its renderer.
-
-    The measurement says nothing about the artifact; judge it again when the host is less
-    busy.
-    """
 
 
 class SandboxUnavailable(TransientError):

@@ -18,6 +18,13 @@ medians over ``--repeat`` repetitions, throughput against the first binary at ``
     python -m ops.bench.verify_throughput --pages 4 \
         --chromium /usr/bin/chromium-headless-shell,/usr/bin/chromium     # the two builds
     python -m ops.bench.verify_throughput --json > verify_throughput.json   # progress on stderr
+    python -m ops.bench.verify_throughput --artifacts 100 --pages 2 --before HEAD
+
+``--before REF`` measures the verifier of a git revision in the same window: that revision's
+own copy of this script, run from ``git archive REF`` in a temporary directory, judges the
+same pages in a subprocess, alternating with this tree's verifier repetition by repetition,
+and its rows are printed as ``before``. (A revision's script counts its own way: the old
+real-time judge judged a page again when it called the host starved.)
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ import logging
 import os
 import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -41,8 +50,6 @@ import psutil
 from verifier.chromium.binary import default_executable
 from verifier.chromium.browser import Browser, BrowserUnavailable, DisplayMode
 from verifier.chromium.judge import Verdict, judge
-from verifier.tasks import MAX_STARVED_RETRIES
-from worker.errors import RendererStarved
 from worker.tasks.dashboard.pages import render_dashboard
 
 MIB = 1024 * 1024
@@ -56,7 +63,6 @@ MEDIAN_KEYS = (
     "s_per_artifact",
     "slot_use",
     "cpu_s_per_artifact",
-    "starved_retries",
     "fps_median",
     "fps_min",
     "not_judged",
@@ -115,7 +121,6 @@ def measure(
     seeds: list[int],
     display: DisplayMode,
     min_fps: float,
-    retries: int,
     interval_s: float,
     alerts: BufferingHandler,
 ) -> dict[str, Any]:
@@ -124,23 +129,15 @@ def measure(
     alerts.buffer.clear()
     samples: list[tuple[int, int | None]] = []
     done = threading.Event()
-    starved: list[str] = []  # one entry per measurement judged again (list.append is atomic)
 
     def one(html: str) -> tuple[float, Verdict | str]:
-        """A verdict as the verify task reaches it: a starved measurement is judged again."""
-        started, attempt = time.monotonic(), 0
-        while True:
-            try:
-                verdict: Verdict | str = judge(
-                    html, browser=browser, min_fps=min_fps, retry_starved=attempt < retries
-                )
-            except RendererStarved as exc:
-                starved.append(str(exc))
-                attempt += 1
-                continue
-            except BrowserUnavailable as exc:
-                verdict = f"BrowserUnavailable: {exc}"
-            return time.monotonic() - started, verdict
+        """A verdict as the verify task reaches it."""
+        started = time.monotonic()
+        try:
+            verdict: Verdict | str = judge(html, browser=browser, min_fps=min_fps)
+        except BrowserUnavailable as exc:
+            verdict = f"BrowserUnavailable: {exc}"
+        return time.monotonic() - started, verdict
 
     # judge() holds its thread for the whole measurement and its static checks take
     # milliseconds, so `pages` threads keep every page slot busy; one more would only queue
@@ -152,7 +149,6 @@ def measure(
         try:
             # Untimed: launches Chromium, as a long-lived worker has done already.
             warmup_s, warm = one(render_dashboard(max(seeds) + 1).html)
-            starved.clear()
             started, cpu_started = time.monotonic(), tree_cpu_s()
             results = list(pool.map(one, htmls))
             wall_s, cpu_s = time.monotonic() - started, tree_cpu_s() - cpu_started
@@ -176,7 +172,6 @@ def measure(
         "s_per_artifact": round(statistics.median(t for t, _ in results), 2),
         "slot_use": round(sum(t for t, _ in results) / (wall_s * pages), 3),
         "cpu_s_per_artifact": round(cpu_s / len(seeds), 2),
-        "starved_retries": len(starved),
         "fps_median": statistics.median(fps) if fps else 0.0,
         "fps_min": min(fps, default=0.0),
         "peak_rss_mib": round(max(rss) / MIB, 1),
@@ -195,6 +190,27 @@ def measure(
     }
 
 
+def checkout(ref: str) -> tempfile.TemporaryDirectory[str]:
+    """The tree of git revision ``ref``, extracted into a temporary directory."""
+    tree = tempfile.TemporaryDirectory(prefix="verify-before-")
+    archive = subprocess.run(["git", "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", tree.name], input=archive, check=True)
+    return tree
+
+
+def measure_before(tree: str, *, chromium: str, pages: int, seed: int, n: int) -> dict[str, Any]:
+    """One repetition of the old revision's own bench, run from its tree in a subprocess."""
+    args = [sys.executable, "-m", "ops.bench.verify_throughput", "--json", "--repeat", "1"]
+    args += ["--artifacts", str(n), "--pages", str(pages), "--chromium", chromium]
+    args += ["--seed", str(seed)]
+    env = {**os.environ, "PYTHONPATH": tree}
+    done = subprocess.run(args, cwd=tree, env=env, check=True, capture_output=True, text=True)
+    rep: dict[str, Any] = json.loads(done.stdout)["repetitions"][0]
+    return {key: rep.get(key, 0) for key in (*MEDIAN_KEYS, "failed_checks")} | {
+        "browser_errors": rep.get("browser_errors", [])
+    }
+
+
 def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
     """Each figure's median across repetitions (PSS only if all had it); failures summed."""
     out: dict[str, Any] = {}
@@ -210,8 +226,8 @@ def medians(reps: list[dict[str, Any]]) -> dict[str, Any]:
 #: Header of the Markdown table that repetitions and medians are printed in.
 HEADER = (
     "| chromium | pages | wall s | art/min | vs {base} | passed | not judged "
-    "| starved, judged again | s/art | slots busy | CPU s/art | fps med/min "
-    "| peak RSS-sum / PSS-sum MiB | end RSS-sum | warm-up s | <= {target:g} s |\n|" + " --- |" * 16
+    "| s/art | slots busy | CPU s/art | fps med/min "
+    "| peak RSS-sum / PSS-sum MiB | end RSS-sum | warm-up s | <= {target:g} s |\n|" + " --- |" * 15
 )
 
 
@@ -221,7 +237,7 @@ def row(build: str, label: str, f: dict[str, Any], *, n: int, target_s: float) -
     ratio = f"{f['throughput_ratio']:.2f}x" if "throughput_ratio" in f else ""
     return (
         f"| {build} | {label} | {f['wall_s']:.1f} | {f['per_min']:.1f} | {ratio} "
-        f"| {f['passed']:g}/{n} | {f['not_judged']:g} | {f['starved_retries']:g} "
+        f"| {f['passed']:g}/{n} | {f['not_judged']:g} "
         f"| {f['s_per_artifact']:.2f} "
         f"| {f['slot_use']:.0%} | {f['cpu_s_per_artifact']:.2f} "
         f"| {f['fps_median']:.1f}/{f['fps_min']:.1f} "
@@ -285,10 +301,10 @@ def parse_pages(_ctx: object, _param: object, value: str) -> list[int]:
 @click.option("--seed", type=int, default=1, help="First seed; seeds seed..seed+N-1.")
 @click.option("--min-fps", type=float, default=30.0, help="judge(min_fps=...).")
 @click.option(
-    "--retries",
-    type=click.IntRange(min=0),
-    default=MAX_STARVED_RETRIES,
-    help="Times a starved measurement is judged again, as the verify task does.",
+    "--before",
+    "before_ref",
+    default=None,
+    help="Also measure the verifier of this git revision (e.g. HEAD), alternating with this one.",
 )
 @click.option("--display", type=click.Choice(get_args(DisplayMode)), default="headless")
 @click.option("--interval-ms", type=click.IntRange(min=10), default=250, help="Memory sampling.")
@@ -300,7 +316,7 @@ def main(
     repeat: int,
     seed: int,
     min_fps: float,
-    retries: int,
+    before_ref: str | None,
     display: DisplayMode,
     interval_ms: int,
     as_json: bool,
@@ -324,18 +340,26 @@ def main(
     base = (chromiums[0], 1 if 1 in pages else pages[0])
     print(HEADER.format(base=setting_name(base), target=target_s), file=out)
     reps: dict[tuple[str, int], list[dict[str, Any]]] = {s: [] for s in settings}
+    before_reps: dict[tuple[str, int], list[dict[str, Any]]] = {s: [] for s in settings}
+    before_tree = checkout(before_ref) if before_ref else None
     interrupted = False
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM as Ctrl-C
     try:
         for i in range(1, repeat + 1):
             for c, k in settings:  # settings alternate, so drift in the load hits them alike
+                if before_tree is not None:
+                    b = measure_before(
+                        before_tree.name, chromium=c, pages=k, seed=seed, n=artifacts
+                    )
+                    before_reps[c, k].append(b)
+                    label = f"{k} #{i} before"
+                    print(row(build_name(c), label, b, n=artifacts, target_s=target_s), file=out)
                 f = measure(
                     chromium=c,
                     pages=k,
                     seeds=seeds,
                     display=display,
                     min_fps=min_fps,
-                    retries=retries,
                     interval_s=interval_ms / 1000,
                     alerts=alerts,
                 )
@@ -373,7 +397,12 @@ def main(
                     "repeat": repeat,
                     "display": display,
                     "min_fps": min_fps,
-                    "retries": retries,
+                    "before": before_ref,
+                    "before_summary": [
+                        {"chromium": c, "pages": k, **medians(r)}
+                        for (c, k), r in before_reps.items()
+                        if r
+                    ],
                     "baseline": setting_name(base),
                     "target_s": target_s,
                     "load_start": load_start,
@@ -390,6 +419,11 @@ def main(
         "memory shared between Chromium's processes once per process, PSS-sum splits it"
     )
     print(HEADER.format(base=setting_name(base), target=target_s))
+    for (c, k), r in before_reps.items():
+        if r:
+            m = medians(r)
+            label = f"{k} (x{m['reps']}) before {before_ref}"
+            print(row(build_name(c), label, m, n=artifacts, target_s=target_s))
     for (c, k), m in summary.items():
         print(row(build_name(c), f"{k} (x{m['reps']})", m, n=artifacts, target_s=target_s))
     for (c, k), m in summary.items():

@@ -86,9 +86,7 @@ def _judge(settings: Settings, whole: bool) -> Iterator[Judge | None]:
         return browsers[0]
 
     def judge(task: Task, submission: Submission) -> tuple[bool, list[Check]]:
-        verdict, _ = judge_submission(
-            task, submission, settings=settings, browser=browser, retry_starved=False
-        )
+        verdict, _ = judge_submission(task, submission, settings=settings, browser=browser)
         return verdict.passed, verdict.checks
 
     try:

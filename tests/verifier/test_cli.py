@@ -45,7 +45,8 @@ def test_good_page_passes_with_json(runner: CliRunner, tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert data["passed"] is True
     assert data["fps"] >= float(MIN_FPS)
-    assert len(data["checks"]) == 13
+    assert len(data["checks"]) == 14
+    assert "frame_cost" in {c["name"] for c in data["checks"]}
     assert data["ran"] == ["static", "browser"]
     assert data["skipped"] == {}
     assert result.stderr == ""

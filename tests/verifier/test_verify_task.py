@@ -81,10 +81,7 @@ def test_browser_killed_mid_verification_is_retried_not_blamed(
     assert _session(runtime, sid).status == "verifying"
     # And the retry (a relaunched browser) verifies it
     assert (
-        verify_handoff(
-            runtime, session_id=sid, round_no=0, browser=private_browser, retry_starved=False
-        )
-        == "succeeded"
+        verify_handoff(runtime, session_id=sid, round_no=0, browser=private_browser) == "succeeded"
     )
     (verdict,) = _verdicts(runtime, sid)
     assert verdict.passed and verdict.method == "browser"
@@ -98,9 +95,7 @@ def test_a_rejected_artifact_goes_back_for_repair_then_fails(
     # Given a handed-off page that throws in its draw loop, and one repair round allowed
     sid = _hand_off(runtime, render_dashboard(5, flaw="js_error").html, repair_rounds=1)
     # When the verifier judges it
-    outcome = verify_handoff(
-        runtime, session_id=sid, round_no=0, browser=private_browser, retry_starved=False
-    )
+    outcome = verify_handoff(runtime, session_id=sid, round_no=0, browser=private_browser)
     # Then the session runs again with the findings as its next message
     assert outcome == "repair"
     row = _session(runtime, sid)
@@ -122,12 +117,7 @@ def test_a_rejected_artifact_goes_back_for_repair_then_fails(
             [model_turn(call("handoff", summary="again", artifact_name="dashboard.html"))]
         ),
     )
-    assert (
-        verify_handoff(
-            runtime, session_id=sid, round_no=1, browser=private_browser, retry_starved=False
-        )
-        == "failed"
-    )
+    assert verify_handoff(runtime, session_id=sid, round_no=1, browser=private_browser) == "failed"
     row = _session(runtime, sid)
     assert (row.status, row.outcome) == ("failed", "failed_verification")
     assert [v.passed for v in _verdicts(runtime, sid)] == [False, False]

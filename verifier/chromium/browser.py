@@ -34,7 +34,8 @@ from verifier.chromium.binary import (
     launch_options,
     resolve_sandbox,
 )
-from verifier.chromium.page import JUDGED_S, WARMUP_S, BrowserReport, measure_page
+from verifier.chromium.clock import step_budget_s
+from verifier.chromium.page import JUDGED_S, LOAD_TIMEOUT_S, WARMUP_S, BrowserReport, measure_page
 from worker.errors import BrowserUnavailable
 
 __all__ = ["Browser", "BrowserReport", "BrowserUnavailable", "DisplayMode"]
@@ -45,7 +46,8 @@ logger = logging.getLogger(__name__)
 DISPLAY_SIZE = (1280, 800)
 #: Longest wait for Chromium to start.
 LAUNCH_TIMEOUT_S = 30.0
-#: Time a measurement may take beyond warm-up plus window before Chromium counts as stuck.
+#: Time a measurement may take beyond its load and its stepping's own timeouts before
+#: Chromium counts as stuck.
 STUCK_SLACK_S = 40.0
 #: Longest wait for the browser, Playwright and the display to shut down.
 SHUTDOWN_TIMEOUT_S = 30.0
@@ -75,11 +77,10 @@ class Browser:
     Args:
         executable_path: The Chromium binary; None picks :func:`default_executable`.
         display: ``"headless"``, or ``"xvfb"`` to render headed on a virtual X display.
-        max_pages: Pages measured at the same time; defaults to one per CPU. A dashboard
-            animating at 60 fps keeps about 0.75 of a core busy in the headless shell (its
-            script, rasterising its canvases, compositing), so one page per core keeps good
-            pages near 60 fps; two per core judge about 70% more pages per minute, with
-            every page at about 40 fps (``ops/bench/verify_throughput``).
+        max_pages: Pages measured at the same time; defaults to one per CPU. A page is
+            stepped in controlled time (:mod:`verifier.chromium.clock`), so it uses the CPU
+            its frames need and no more, and its verdict does not depend on how many pages
+            share the cores (``ops/bench/verify_throughput``).
         sandbox: Whether Chromium sandboxes its renderers; None (the default) sandboxes
             wherever :func:`~verifier.chromium.binary.sandbox_support` says it can run and warns
             where it cannot.
@@ -137,8 +138,8 @@ class Browser:
 
         Args:
             html: The artifact, a complete HTML document.
-            warmup_s: Seconds the page runs before measuring starts.
-            measure_s: Seconds the page is judged for; its last part is the late window.
+            warmup_s: Seconds of page time stepped before the judged time.
+            measure_s: Seconds of page time judged; its last part is the late window.
 
         Returns:
             What the page did; artifact failures (including a crashed tab) are in the report.
@@ -215,7 +216,9 @@ class Browser:
                         measure_s=measure_s,
                         is_alive=chromium.alive,
                     ),
-                    timeout=warmup_s + measure_s + STUCK_SLACK_S,
+                    timeout=LOAD_TIMEOUT_S
+                    + step_budget_s(warmup_s=warmup_s, judged_s=measure_s)
+                    + STUCK_SLACK_S,
                 )
             except TimeoutError as exc:
                 raise BrowserUnavailable("Chromium stopped answering during a measurement") from exc

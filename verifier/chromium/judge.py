@@ -1,17 +1,18 @@
 """The verdict on one artifact: static checks first, then what it did in Chromium.
 
 Every check carries its measured value and one sentence an agent can act on to repair the
-page. The browser is only started for pages that pass the static checks.
+page. The browser is only started for pages that pass the static checks. Every browser check
+is decided in page time (:mod:`verifier.chromium.clock`), so a verdict does not depend on how
+busy the machine is: the frame rate is the rate of the page's own loop when it is offered
+60 frames a second, and whether the page is fast enough is its frame cost on the reference
+machine (``frame_cost``), not the frame rate this machine happened to reach.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import psutil
+from typing import TYPE_CHECKING
 
 from verifier.verdict import Verdict
-from worker.errors import RendererStarved
 from worker.settings import DEFAULT_VERIFY_MIN_FPS
 from worker.tasks.base import Check, passed
 from worker.tasks.dashboard.checks import DEFAULT_MAX_BYTES, static_checks
@@ -21,20 +22,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MIN_FPS",
+    "FRAME_BUDGET_MS",
     "MIN_KEEP_RUNNING_RATIO",
     "MIN_OWN_LOOP_SHARE",
     "Verdict",
     "browser_checks",
     "judge",
-    "starved",
 ]
 
-#: Frames per second the page's own animation loop must reach.
+#: Frames per second the page's own animation loop must reach in page time.
 DEFAULT_MIN_FPS = DEFAULT_VERIFY_MIN_FPS
-#: A page whose frame callbacks take less than this would reach 60 fps on an idle machine.
-CHEAP_FRAME_MS = 8.0
-#: Host CPU busy share above which a low frame rate is not the page's to answer for.
-HOST_SATURATED = 0.9
+#: CPU milliseconds the 95th-percentile frame may cost on the reference machine: one frame
+#: of a 60 Hz display.
+FRAME_BUDGET_MS = 1000 / 60
 #: Share of display frames in which the page's own rAF loop must run.
 MIN_OWN_LOOP_SHARE = 0.9
 #: In the late window the page's loop must run in at least this share of the display frames
@@ -51,7 +51,6 @@ def judge(
     browser: Browser | None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     min_fps: float = DEFAULT_MIN_FPS,
-    retry_starved: bool = True,
     static: list[Check] | None = None,
 ) -> Verdict:
     """Judge one artifact.
@@ -60,9 +59,7 @@ def judge(
         html: The artifact, a complete HTML document.
         browser: The shared browser; None judges on the static checks alone.
         max_bytes: Size ceiling in UTF-8 bytes.
-        min_fps: Frames per second the page's own loop must reach.
-        retry_starved: Raise instead of judging when the machine, not the page, was too
-            slow (see :func:`starved`); false once such retries are exhausted.
+        min_fps: Frames per second the page's own loop must reach in page time.
         static: The task's static checks of the page, already run (default: the
             dashboard's, run here).
 
@@ -71,19 +68,11 @@ def judge(
 
     Raises:
         BrowserUnavailable: Chromium failed; the artifact was not judged.
-        RendererStarved: The host starved the page of CPU (only with ``retry_starved``).
     """
     checks = list(static) if static is not None else static_checks(html, max_bytes=max_bytes)
     if not passed(checks) or browser is None:
         return Verdict(passed=passed(checks), checks=checks, fps=None)
-    before = psutil.cpu_times()
     report = browser.measure(html)
-    host_busy = busy_share(before, psutil.cpu_times())
-    if retry_starved and starved(report, min_fps=min_fps, host_busy=host_busy):
-        raise RendererStarved(
-            f"the renderer was starved: frames ran at {report.fps:.1f} fps with the host "
-            f"{host_busy:.0%} busy; judge it again later"
-        )
     checks += browser_checks(report, min_fps=min_fps)
     return Verdict(
         passed=passed(checks),
@@ -94,39 +83,6 @@ def judge(
     )
 
 
-def busy_share(before: Any, after: Any) -> float:
-    """Share of the host's CPU time spent busy between two ``psutil.cpu_times()``."""
-    total = sum(after) - sum(before)
-    idle = (after.idle + getattr(after, "iowait", 0.0)) - (
-        before.idle + getattr(before, "iowait", 0.0)
-    )
-    return max(0.0, min(1.0, 1.0 - idle / total)) if total > 0 else 0.0
-
-
-def starved(
-    report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS, host_busy: float = 0.0
-) -> bool:
-    """Whether a low frame rate was the machine's fault, not the page's.
-
-    Either the host's CPUs were saturated during the window, or the display itself ran
-    below ``min_fps`` although the page's own frame callbacks were cheap, or not one frame
-    was drawn in the late window after the page's loop had run: the renderer did not get
-    the CPU. Such a measurement says nothing about the artifact, so it is an
-    infrastructure fault to retry rather than a verdict.
-    """
-    if not report.measured or report.window_s <= 0 or report.page_frames == 0:
-        return False
-    if _stalled(report):  # not a frame drawn at the end: the late window judged nothing
-        return True
-    if _stopped(report):  # the page ended its own loop; no machine is to blame for that
-        return False
-    if report.fps >= min_fps:
-        return False
-    display_fps = report.display_frames / report.window_s
-    cheap_but_starved = display_fps < min_fps and report.script_ms_per_frame < CHEAP_FRAME_MS
-    return cheap_but_starved or host_busy >= HOST_SATURATED
-
-
 def browser_checks(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS) -> list[Check]:
     """Turn a browser report into checks, each with its measured value.
 
@@ -135,12 +91,14 @@ def browser_checks(report: BrowserReport, *, min_fps: float = DEFAULT_MIN_FPS) -
         min_fps: Frames per second the page's own loop must reach.
 
     Returns:
-        ``fps``, ``own_loop_share``, ``loop_keeps_running``, ``canvas_changes``,
+        ``fps``, ``frame_cost``, ``own_loop_share``, ``loop_keeps_running``,
+        ``canvas_changes``,
         ``no_page_errors``, ``no_blocked_requests``, ``no_popups``, ``no_sockets``,
         ``screenshot_not_blank``.
     """
     return [
         _fps(report, min_fps),
+        _frame_cost(report),
         _own_loop_share(report),
         _loop_keeps_running(report),
         _canvas_changes(report),
@@ -165,11 +123,6 @@ _NEVER_RAN = (
     "The page's own requestAnimationFrame callbacks never ran while it was judged; keep the "
     "animation going by calling requestAnimationFrame(frame) again at the end of every frame "
     "callback."
-)
-_STALLED = (
-    "Not a single frame was drawn at the end of the judged time although the page's loop had "
-    "run before: its main thread was blocked by long tasks (keep every task and frame well "
-    "under 16 ms), or the machine starved it."
 )
 _KEEP_GOING = (
     "a dashboard must keep animating for as long as it is open, so do not end the loop after "
@@ -209,14 +162,9 @@ def _still(report: BrowserReport, *, full: bool = False) -> str | None:
     return None
 
 
-def _stalled(report: BrowserReport) -> bool:
-    """Whether no frame at all was drawn in the late window, the page's or any other."""
-    return report.measured and report.display_frames > 0 and report.late_display_frames == 0
-
-
 def _stopped(report: BrowserReport) -> bool:
-    """Whether the page's loop ran and then stopped while the display went on."""
-    return report.page_frames > 0 and report.late_fps == 0 and not _stalled(report)
+    """Whether the page's loop ran and then stopped while frames went on being offered."""
+    return report.page_frames > 0 and report.late_fps == 0
 
 
 def _stopped_hint(report: BrowserReport) -> str:
@@ -229,9 +177,11 @@ def _stopped_hint(report: BrowserReport) -> str:
 
 def _fps(report: BrowserReport, min_fps: float) -> Check:
     fps = round(report.fps, 1)
-    display_fps = report.display_frames / report.window_s if report.window_s > 0 else 0.0
     if fps >= min_fps:
-        detail = f"The page's requestAnimationFrame loop ran at {fps:g} fps ({min_fps:g} needed)."
+        detail = (
+            f"The page's requestAnimationFrame loop ran at {fps:g} fps of page time "
+            f"({min_fps:g} needed)."
+        )
     elif (still := _still(report, full=True)) is not None:
         detail = still
     elif _stopped(report):
@@ -240,19 +190,33 @@ def _fps(report: BrowserReport, min_fps: float) -> Check:
             f"{report.window_s:.1f} s it was judged because it stopped "
             f"{report.last_frame_s or 0:.1f} s after load (see loop_keeps_running)."
         )
-    elif display_fps >= min_fps:
+    else:
         detail = (
-            f"The page's animation loop ran at only {fps:g} fps ({min_fps:g} needed) while the "
-            f"display ran at {display_fps:.0f} fps; call requestAnimationFrame(frame) directly "
+            f"The page's animation loop ran at only {fps:g} fps ({min_fps:g} needed) although "
+            "it was offered 60 frames a second; call requestAnimationFrame(frame) directly "
             "at the end of every frame callback instead of throttling it with timers."
+        )
+    return Check("fps", fps >= min_fps, fps, detail)
+
+
+def _frame_cost(report: BrowserReport) -> Check:
+    cost = round(report.frame_ms_p95, 1)
+    ok = cost <= FRAME_BUDGET_MS
+    if not report.measured or report.page_frames == 0:
+        detail = "No frame of the page's own loop ran, so there is no frame cost to judge."
+    elif ok:
+        detail = (
+            f"The page's frames cost {cost:g} ms of CPU at the 95th percentile on the "
+            f"reference machine, within a 60 Hz frame ({FRAME_BUDGET_MS:.1f} ms)."
         )
     else:
         detail = (
-            f"The page's animation loop ran at only {fps:g} fps ({min_fps:g} needed) because "
-            "its main thread is overloaded; do less work per frame (fewer draw calls, no "
-            "per-frame allocation or DOM layout reads) so each frame finishes within 16 ms."
+            f"The page's frames cost {cost:g} ms of CPU at the 95th percentile on the "
+            f"reference machine, more than a 60 Hz frame allows ({FRAME_BUDGET_MS:.1f} ms); do "
+            "less work per frame (fewer draw calls, no per-frame allocation, layout reads or "
+            "busy waiting; compute data when it changes, not every frame)."
         )
-    return Check("fps", fps >= min_fps, fps, detail)
+    return Check("frame_cost", ok, cost, detail)
 
 
 def _own_loop_share(report: BrowserReport) -> Check:
@@ -285,8 +249,6 @@ def _loop_keeps_running(report: BrowserReport) -> Check:
         detail = still
     elif _stopped(report):
         detail = _stopped_hint(report)
-    elif _stalled(report):
-        detail = _STALLED
     else:
         detail = (
             f"From {start:.1f} s after load the page's own loop ran in only "
@@ -319,8 +281,6 @@ def _canvas_changes(report: BrowserReport) -> Check:
                 f"because its animation loop stopped at {report.last_frame_s or 0:.1f} s (see "
                 "loop_keeps_running)"
             )
-        elif _stalled(report):
-            cause = "because no frame was drawn at the end (see loop_keeps_running)"
         else:
             cause = (
                 "although its loop kept running; draw something that moves or changes in "

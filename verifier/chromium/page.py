@@ -1,9 +1,11 @@
-"""One artifact measured in a fresh, offline browser context.
+"""One artifact measured in a fresh, offline browser context, in controlled time.
 
 :func:`measure_page` is the body of :meth:`verifier.chromium.browser.Browser.measure`; it runs on
-the browser's event loop. It blames the artifact only for what the artifact can cause (a crashed
-tab, a blocked main thread, navigating away) and lets every other Playwright error through
-for the caller to report as an infrastructure fault.
+the browser's event loop. It loads the page in real time, steps it through its first seconds
+of page time (:mod:`verifier.chromium.clock`) and takes a screenshot. It blames the artifact
+only for what the artifact can cause (a crashed tab, a blocked main thread, navigating away)
+and lets every other Playwright error through for the caller to report as an infrastructure
+fault.
 """
 
 from __future__ import annotations
@@ -13,16 +15,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from playwright.async_api import Browser as PlaywrightBrowser
 from playwright.async_api import ConsoleMessage, Page, Route, ViewportSize
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
+from verifier.chromium.clock import Stepped, step_page
+from verifier.chromium.frames import frame_figures
 from verifier.chromium.png import png_is_blank
-from verifier.chromium.probe import MEASURE_CALL, PROBE_JS
+from verifier.chromium.probe import PROBE_GLOBAL, PROBE_JS
 
 logger = logging.getLogger(__name__)
 
@@ -30,23 +33,15 @@ logger = logging.getLogger(__name__)
 ARTIFACT_URL = "http://artifact.invalid/"
 #: Viewport of every measurement context.
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
-#: Seconds the page runs after load before it is judged.
+#: Seconds of page time the page runs after load before it is judged.
 WARMUP_S = 0.5
-#: Seconds the page is judged for, from the end of the warm-up. A dashboard must keep
-#: animating, so the judged time reaches well past the first seconds after load, where a
-#: loop that stops after a few hundred frames still looks healthy.
-JUDGED_S = 5.0
-#: The last seconds of the judged time, in which the page's own loop must still be running.
-LATE_WINDOW_S = 0.5
-#: Some canvas must change between two hashes taken within this many last seconds (long
-#: enough for a dashboard that redraws its figures once a second).
-LATE_CHANGE_S = 1.0
-#: Seconds between two hashes of the page's canvases.
-HASH_EVERY_S = 0.5
+#: Seconds of page time the page is judged for, from the end of the warm-up: with the
+#: warm-up, its first 6 s of life. A dashboard must keep animating, so the judged time
+#: reaches well past the first seconds after load, where a loop that stops after a few
+#: hundred frames still looks healthy.
+JUDGED_S = 5.5
 #: Longest wait for the artifact's ``load`` event.
 LOAD_TIMEOUT_S = 10.0
-#: Slack on top of warm-up plus window before a page counts as unresponsive.
-RESPONSE_SLACK_S = 5.0
 #: Longest wait for a screenshot.
 SCREENSHOT_TIMEOUT_S = 5.0
 #: At most this many errors, requests or popups are kept per page.
@@ -60,17 +55,19 @@ class BrowserReport:
     """What one artifact did in Chromium during the measurement window.
 
     Attributes:
+        Every time is page time (:mod:`verifier.chromium.clock`): the same on any machine.
+
         measured: Whether the in-page measurement completed (False if the page hung,
             crashed or navigated away first; the frame and canvas figures are then zero).
-        window_s: Length of the judged time as the page's clock saw it.
+        window_s: Length of the judged time in page seconds.
         fps: Frames per second in which the page's own rAF callbacks ran, over the whole
             judged time (a loop that stops early counts its silence).
         callbacks_per_s: The page's rAF callbacks per second (several loops count apart).
-        script_ms_per_frame: Milliseconds the page's rAF callbacks took per frame they ran in.
-        own_loop_share: Share of display frames (counted by the probe) in which the page ran,
-            from its first frame to its last: how well its own loop drove the frames while
-            it ran.
-        display_frames: Display frames the probe's own rAF loop saw.
+        script_ms_per_frame: Mean CPU milliseconds (on this machine) of the frames the
+            page's callbacks ran in: its timers, callbacks, style and layout.
+        own_loop_share: Share of the stepped 60 Hz frames in which the page ran, from its
+            first frame to its last: how well its own loop drove the frames while it ran.
+        display_frames: Frames stepped in the judged time.
         page_frames: Frames in which at least one of the page's rAF callbacks ran.
         draw_calls: Calls to 2D drawing and path methods during the judged time.
         contexts_2d: ``getContext('2d')`` calls since the page started.
@@ -78,10 +75,9 @@ class BrowserReport:
         canvas_changed: Whether any canvas's pixels changed at all while judged.
         late_window_s: Length of the late window, the end of the judged time.
         late_fps: Frames per second the page's own loop ran at in the late window.
-        late_display_frames: Display frames the probe saw in the late window.
-        late_share: Share of the late window's display frames in which the page's loop ran.
-        early_share: The same share before the late window (a busy machine lowers both
-            frame rates alike, not this share).
+        late_display_frames: Frames stepped in the late window.
+        late_share: Share of the late window's frames in which the page's loop ran.
+        early_share: The same share before the late window.
         last_frame_s: Seconds after load of the page's last rAF callback (None: never ran).
         change_span_s: The last seconds of the judged time in which the canvas must change.
         canvas_changed_late: Whether any canvas changed between two hashes in that span.
@@ -99,6 +95,12 @@ class BrowserReport:
         screenshot_blank: Whether every pixel of the screenshot has one colour (None: unknown).
         elapsed_s: Wall time from opening the context to closing it.
         sandboxed: Whether Chromium rendered the page in its sandbox (set by the browser).
+        frame_ms_p95: 95th percentile of the CPU milliseconds of the judged frames the
+            page's callbacks ran in, scaled to the reference machine
+            (:data:`verifier.chromium.clock.REFERENCE_BENCH_MS`).
+        frame_ms_p95_here: The same percentile as measured on this machine.
+        speed_scale: Factor from this machine's frame costs to the reference machine's.
+        cpu_share: Median share of a CPU the page's main thread got while it was stepped.
     """
 
     measured: bool
@@ -136,6 +138,10 @@ class BrowserReport:
     input_listeners: tuple[str, ...]
     sandboxed: bool | None = None
     """Whether Chromium rendered the page in its sandbox (None: not known here)."""
+    frame_ms_p95: float = 0.0
+    frame_ms_p95_here: float = 0.0
+    speed_scale: float = 1.0
+    cpu_share: float = 1.0
 
 
 @dataclass
@@ -189,13 +195,13 @@ async def measure_page(
     measure_s: float,
     is_alive: Callable[[], bool],
 ) -> BrowserReport:
-    """Load ``html`` offline in a fresh context, let it warm up, then measure it.
+    """Load ``html`` offline in a fresh context, then step it through page time.
 
     Args:
         browser: A connected Playwright browser.
         html: The artifact, a complete HTML document.
-        warmup_s: Seconds the page runs before the window opens.
-        measure_s: Length of the measurement window in seconds.
+        warmup_s: Seconds of page time stepped before the judged time.
+        measure_s: Seconds of page time judged.
         is_alive: Whether the browser process is still up; consulted before blaming the page.
 
     Returns:
@@ -209,6 +215,7 @@ async def measure_page(
     context = await browser.new_context(viewport=VIEWPORT)
     try:
         await context.set_offline(True)
+        # The clock goes first: every script of the page, the probe's too, sees page time.
         await context.add_init_script(script=PROBE_JS)
         await context.route("**/*", seen.route)
         page = await context.new_page()
@@ -216,7 +223,7 @@ async def measure_page(
         page.on("pageerror", seen.on_page_error)
         page.on("crash", seen.on_crash)
         context.on("page", lambda popup: _close_popup(popup, main=page, seen=seen))
-        raw = await _run_probe(
+        stepped = await _run_probe(
             page, seen, warmup_s=warmup_s, measure_s=measure_s, is_alive=is_alive
         )
         png = None
@@ -225,7 +232,7 @@ async def measure_page(
     finally:
         with contextlib.suppress(PlaywrightError, TimeoutError):
             await asyncio.wait_for(context.close(), timeout=LOAD_TIMEOUT_S)
-    return _report(raw or {}, seen, png, elapsed_s=time.monotonic() - started)
+    return _report(stepped, seen, png, elapsed_s=time.monotonic() - started)
 
 
 async def _run_probe(
@@ -235,20 +242,21 @@ async def _run_probe(
     warmup_s: float,
     measure_s: float,
     is_alive: Callable[[], bool],
-) -> dict[str, Any] | None:
-    budget_s = warmup_s + measure_s + RESPONSE_SLACK_S
-    late_s = min(LATE_WINDOW_S, measure_s / 2)
-    change_s = min(LATE_CHANGE_S, measure_s)
-    args = [warmup_s, measure_s, late_s, min(HASH_EVERY_S, change_s / 2), change_s]
+) -> Stepped | None:
     try:
         await page.goto(ARTIFACT_URL, wait_until="load", timeout=LOAD_TIMEOUT_S * 1000)
         logger.debug("loaded artifact (%d bytes)", len(seen.html))
-        call = page.evaluate(MEASURE_CALL, [seconds * 1000 for seconds in args])
-        raw: dict[str, Any] = await asyncio.wait_for(call, timeout=budget_s)
+        cdp = await page.context.new_cdp_session(page)
+        stepped = await step_page(
+            page, cdp, probe=PROBE_GLOBAL, warmup_s=warmup_s, judged_s=measure_s
+        )
     except (PlaywrightError, TimeoutError) as exc:
         _blame_page(exc, seen, is_alive=is_alive)
         return None
-    return raw
+    if stepped.summary.get("leaving"):
+        _blame_navigation(seen)
+        return None
+    return stepped
 
 
 async def _screenshot(
@@ -295,10 +303,14 @@ def _blame_page(exc: Exception, seen: _Observations, *, is_alive: Callable[[], b
             "very long task), so it could not load or be measured.",
         )
     elif "Execution context was destroyed" in text or "navigat" in text.lower():
-        seen.navigated = True
-        seen.note(seen.errors, "The page navigated away or reloaded itself during measurement.")
+        _blame_navigation(seen)
     else:
         raise exc
+
+
+def _blame_navigation(seen: _Observations) -> None:
+    seen.navigated = True
+    seen.note(seen.errors, "The page navigated away or reloaded itself during measurement.")
 
 
 async def _close_popup(popup: Page, *, main: Page, seen: _Observations) -> None:
@@ -310,52 +322,76 @@ async def _close_popup(popup: Page, *, main: Page, seen: _Observations) -> None:
 
 
 def _report(
-    raw: dict[str, Any], seen: _Observations, png: bytes | None, *, elapsed_s: float
+    stepped: Stepped | None, seen: _Observations, png: bytes | None, *, elapsed_s: float
 ) -> BrowserReport:
-    window_s = float(raw.get("elapsedMs", 0.0)) / 1000
-    late_s = float(raw.get("lateMs", 0.0)) / 1000
-    display_frames = int(raw.get("displayFrames", 0))
-    page_frames = int(raw.get("pageFrames", 0))
-    late_frames = int(raw.get("latePageFrames", 0))
-    late_display = int(raw.get("lateDisplayFrames", 0))
-    running = int(raw.get("displayFramesRunning", 0))
-    canvas = raw.get("canvas")
-    return BrowserReport(
-        measured=bool(raw),
-        window_s=window_s,
-        fps=_per_s(page_frames, window_s),
-        callbacks_per_s=_per_s(int(raw.get("callbacks", 0)), window_s),
-        script_ms_per_frame=(
-            float(raw.get("callbackMs", 0.0)) / page_frames if page_frames else 0.0
-        ),
-        own_loop_share=int(raw.get("sharedFramesRunning", 0)) / running if running else 0.0,
-        display_frames=display_frames,
-        page_frames=page_frames,
-        draw_calls=int(raw.get("draws", 0)),
-        contexts_2d=int(raw.get("contexts2d", 0)),
+    summary = stepped.summary if stepped is not None else {}
+    canvas = summary.get("canvas")
+    unmeasured = BrowserReport(
+        measured=False,
+        window_s=0.0,
+        fps=0.0,
+        callbacks_per_s=0.0,
+        script_ms_per_frame=0.0,
+        own_loop_share=0.0,
+        display_frames=0,
+        page_frames=0,
+        draw_calls=0,
+        contexts_2d=int(summary.get("contexts2d", 0)),
         canvas_size=(int(canvas[0]), int(canvas[1])) if canvas else None,
-        canvas_changed=bool(raw.get("canvasChanged", False)),
+        canvas_changed=False,
         errors=tuple(seen.errors),
         blocked_requests=tuple(seen.blocked),
-        window_opens=tuple(str(url) for url in raw.get("opens", [])[:MAX_RECORDED]),
+        window_opens=tuple(str(url) for url in summary.get("opens", [])[:MAX_RECORDED]),
         popups=tuple(seen.popups),
-        sockets=tuple(str(attempt) for attempt in raw.get("sockets", [])[:MAX_RECORDED]),
+        sockets=tuple(str(s) for s in summary.get("sockets", [])[:MAX_RECORDED]),
         crashed=seen.crashed,
         screenshot_png=png,
         screenshot_blank=png_is_blank(png) if png is not None else None,
         elapsed_s=elapsed_s,
-        late_window_s=late_s,
-        late_fps=_per_s(late_frames, late_s),
-        late_display_frames=late_display,
-        late_share=_share(late_frames, late_display),
-        early_share=_share(page_frames - late_frames, display_frames - late_display),
-        last_frame_s=_seconds(raw.get("lastFrameMs")),
-        change_span_s=float(raw.get("changeSpanMs", 0.0)) / 1000,
-        canvas_changed_late=bool(raw.get("canvasChangedLate", False)),
-        last_change_s=_seconds(raw.get("lastChangeMs")),
-        judged_until_s=(float(raw.get("warmupMs", 0.0)) / 1000 + window_s) if raw else 0.0,
-        inputs_blocked=int(raw.get("inputsBlocked", 0)),
-        input_listeners=tuple(str(kind) for kind in raw.get("inputListeners", [])),
+        late_window_s=0.0,
+        late_fps=0.0,
+        late_display_frames=0,
+        late_share=0.0,
+        early_share=0.0,
+        last_frame_s=None,
+        change_span_s=0.0,
+        canvas_changed_late=False,
+        last_change_s=None,
+        judged_until_s=0.0,
+        inputs_blocked=int(summary.get("inputsBlocked", 0)),
+        input_listeners=tuple(str(kind) for kind in summary.get("inputListeners", [])),
+    )
+    if stepped is None:
+        return unmeasured
+    f = frame_figures(stepped)
+    return replace(
+        unmeasured,
+        measured=True,
+        window_s=f.window_s,
+        fps=_per_s(f.page_frames, f.window_s),
+        callbacks_per_s=_per_s(f.callbacks, f.window_s),
+        script_ms_per_frame=f.script_ms_per_frame,
+        own_loop_share=f.own_loop_share,
+        display_frames=f.display_frames,
+        page_frames=f.page_frames,
+        draw_calls=stepped.judged_draws,
+        canvas_changed=f.canvas_changed,
+        late_window_s=f.late_window_s,
+        late_fps=_per_s(f.late_page_frames, f.late_window_s),
+        late_display_frames=f.late_display_frames,
+        late_share=_share(f.late_page_frames, f.late_display_frames),
+        early_share=_share(
+            f.page_frames - f.late_page_frames, f.display_frames - f.late_display_frames
+        ),
+        last_frame_s=f.last_frame_s,
+        change_span_s=f.change_span_s,
+        canvas_changed_late=f.canvas_changed_late,
+        last_change_s=f.last_change_s,
+        judged_until_s=f.judged_until_s,
+        frame_ms_p95=f.frame_ms_p95,
+        frame_ms_p95_here=f.frame_ms_p95_here,
+        speed_scale=stepped.speed_scale,
+        cpu_share=stepped.cpu_share,
     )
 
 
@@ -365,7 +401,3 @@ def _per_s(count: int, seconds: float) -> float:
 
 def _share(part: int, whole: int) -> float:
     return min(1.0, part / whole) if whole > 0 else 0.0
-
-
-def _seconds(ms: object) -> float | None:
-    return float(ms) / 1000 if isinstance(ms, (int, float)) else None

@@ -2,22 +2,30 @@
 (() => {
   const W = window;
   if (Object.prototype.hasOwnProperty.call(W, "__GLOBAL__")) return;
-  const raf = W.requestAnimationFrame.bind(W);
-  const setTimer = W.setTimeout;
-  const sleep = (ms) => new Promise((resolve) => setTimer.call(W, resolve, ms));
-  const now = performance.now.bind(performance);
+  // The controlled clock (clock.js) runs just before this script and hands itself over.
+  const clock = W.__CLOCK__;
+  delete W.__CLOCK__;
+  const realNow = clock.realNow;
+  const rect = Element.prototype.getBoundingClientRect;
+  const Offscreen = W.OffscreenCanvas;
   const qsa = Document.prototype.querySelectorAll;
   const toDataURL = HTMLCanvasElement.prototype.toDataURL;
   const C2D = CanvasRenderingContext2D.prototype;
   const getImageData = C2D.getImageData;
   const stringify = JSON.stringify;
   const addListener = EventTarget.prototype.addEventListener;
-  const rec = { on: false, frozen: false, callbacks: 0, pageTs: new Set(), probeTs: [], draws: 0,
-                cbMs: 0, lastTs: null };
-  const log = { ctx2d: 0, opens: [], sockets: [], inputs: 0, listens: new Set() };
+  const rec = { draws: 0, nextAt: null };
+  const log = { ctx2d: 0, opens: [], sockets: [], inputs: 0, listens: new Set(), leaving: false };
+  // A navigation the page starts (a reload, a link) commits only after the stepping task
+  // that fired it has ended; beforeunload tells at once that this document is leaving.
+  addListener.call(W, "beforeunload", () => { log.leaving = true; }, true);
+  // Tells this document from the next one, should the page navigate between two calls.
+  const documentId = String(Math.random());
   const contexts = new WeakMap();
   // Canvases narrower or lower than this many pixels are not watched for changes.
   const MIN_CANVAS_SIDE = 16;
+  // Microtask turns granted between two frames.
+  const SETTLE_TURNS = 8;
 
   // Input must not start or drive the page while it is judged: headless Chromium moves a
   // trusted pointer to (0,0) just after load, which would start a loop that waits for the
@@ -46,29 +54,66 @@
     return ctx;
   };
 
-  W.requestAnimationFrame = function requestAnimationFrame(cb) {
-    if (typeof cb !== "function") return raf(cb);
-    return raf((ts) => {
-      if (rec.frozen) return undefined;
-      rec.lastTs = ts;
-      if (!rec.on) return cb(ts);
-      rec.callbacks++;
-      rec.pageTs.add(ts);
-      const start = now();
-      try {
-        return cb(ts);
-      } finally {
-        rec.cbMs += now() - start;
-      }
-    });
+  // A frame that starts by clearing or filling its whole canvas makes everything drawn
+  // before it invisible. Chromium then drops the drawing it recorded but has not yet
+  // rasterised, but only for a rectangle that covers the canvas exactly; a dashboard that
+  // clears in CSS pixels (412.5 of a 413-pixel canvas) makes it raster every frame it
+  // drew, where a display would have shown each frame once. Stepped frames are rastered
+  // only when the verifier reads the canvas, so such a clear is widened here to the exact
+  // canvas, without a clip or a rotation: what is on screen stays the same, to within the
+  // fraction of an edge pixel, and the frames in between cost no raster.
+  const clips = new WeakMap();
+  const depth = (ctx) => clips.get(ctx) || [0];
+  for (const [name, op] of [["save", 1], ["restore", -1], ["clip", 0], ["reset", 2]]) {
+    const orig = C2D[name];
+    if (typeof orig !== "function") continue;
+    C2D[name] = function () {
+      const d = depth(this);
+      if (op === 1) d.push(d[d.length - 1]);
+      else if (op === -1 && d.length > 1) d.pop();
+      else if (op === 0) d[d.length - 1] = 1;
+      else if (op === 2) d.splice(0, d.length, 0);
+      clips.set(this, d);
+      return orig.apply(this, arguments);
+    };
+  }
+  const setTransform = C2D.setTransform, getTransform = C2D.getTransform;
+  const save = C2D.save, restore = C2D.restore, clearRect = C2D.clearRect;
+  const widen = (ctx, x, y, w, h) => {
+    const c = ctx.canvas, d = depth(ctx);
+    if (d[d.length - 1] || !c || !(c.width > 0)) return;
+    const m = getTransform.call(ctx);
+    if (m.b !== 0 || m.c !== 0) return;
+    const x0 = Math.min(m.a * x, m.a * (x + w)) + m.e, x1 = Math.max(m.a * x, m.a * (x + w)) + m.e;
+    const y0 = Math.min(m.d * y, m.d * (y + h)) + m.f, y1 = Math.max(m.d * y, m.d * (y + h)) + m.f;
+    if (x0 > 0 || y0 > 0 || x1 < c.width - 1 || y1 < c.height - 1) return;
+    if (x0 === 0 && y0 === 0 && x1 >= c.width && y1 >= c.height) return;  // exact already
+    save.call(ctx);
+    setTransform.call(ctx, 1, 0, 0, 1, 0, 0);
+    clearRect.call(ctx, 0, 0, c.width, c.height);
+    restore.call(ctx);
+  };
+  C2D.clearRect = function (x, y, w, h) {
+    widen(this, x, y, w, h);
+    return clearRect.call(this, x, y, w, h);
+  };
+  const fillRect = C2D.fillRect;
+  C2D.fillRect = function (x, y, w, h) {
+    // Only an opaque plain colour hides what was there (a canvas gives it as #rrggbb).
+    const style = this.fillStyle;
+    if (typeof style === "string" && style[0] === "#" && this.globalAlpha === 1 &&
+        this.globalCompositeOperation === "source-over" && (this.filter || "none") === "none") {
+      widen(this, x, y, w, h);
+    }
+    return fillRect.call(this, x, y, w, h);
   };
 
   for (const name of __DRAWS__) {
     const orig = C2D[name];
     if (typeof orig !== "function") continue;
-    C2D[name] = function (...args) {
-      if (rec.on) rec.draws++;
-      return orig.apply(this, args);
+    C2D[name] = function () {
+      rec.draws++;
+      return orig.apply(this, arguments);
     };
   }
 
@@ -123,12 +168,6 @@
     return keys.length ? keys.join("|") : null;
   };
 
-  const probe = (ts) => {
-    if (!rec.on) return;
-    rec.probeTs.push(ts);
-    raf(probe);
-  };
-
   // Input handlers the page set as properties (onmousemove = ...) or attributes.
   const handlerListens = () => {
     const targets = [W, document, document.body, ...qsa.call(document, "canvas")];
@@ -137,83 +176,72 @@
     }
   };
 
-  // Judge the page over its life: from the end of the warm-up to the end of the judged
-  // time, count display frames (the probe's own rAF loop) and the frames the page's own
-  // callbacks ran in, and hash every canvas every `hashEveryMs`. The last `lateMs` of that
-  // time are the late window in which the loop must still be running, and some canvas
-  // must change between two hashes taken in the last `changeSpanMs`.
-  const measure = async (warmupMs, judgedMs, lateMs, hashEveryMs, changeSpanMs) => {
-    const loadTs = now();
-    await sleep(warmupMs);
-    Object.assign(rec, { callbacks: 0, pageTs: new Set(), probeTs: [], draws: 0, cbMs: 0 });
-    const keys = [[now(), sample()]];
-    rec.on = true;
-    raf(probe);
-    const t0 = now();
-    const end = t0 + judgedMs;
-    for (let left = judgedMs; left > 1; left = end - now()) {
-      await sleep(Math.min(hashEveryMs, left));
-      keys.push([now(), sample()]);
+  // Between two frames the page's promise callbacks run (a few microtask turns, enough
+  // for an async loop's awaits); its other tasks (messages, events) run between chunks.
+  const settle = async () => {
+    for (let i = 0; i < SETTLE_TURNS; i++) await null;
+  };
+
+  // Step `count` frames of page time at 60 Hz. Page time inside a frame runs at `rate`
+  // page ms per real ms (see clock.js). For every frame: the real milliseconds its
+  // timers, rAF callbacks and forced style and layout took, and how many of the page's
+  // rAF callbacks ran, and the canvases' hash after the last frame.
+  const step = async (count, rate) => {
+    clock.setRate(rate);
+    if (rec.nextAt === null) {
+      rec.nextAt = Math.ceil(clock.pageNow() / clock.FRAME_MS + 1e-6) * clock.FRAME_MS;
     }
-    rec.on = false;
-    // The judged time is over: stop the page's loop so its last frame stays on screen for
-    // the screenshot and the page stops using CPU while the verifier finishes with it.
-    rec.frozen = true;
-    const t1 = now();
-    const lateFrom = t1 - lateMs;
-    // A setTimeout task never runs inside a frame's rAF batch, so every frame the probe
-    // saw has all of the page's callbacks recorded by now.
-    // The page's loop is judged on the frames from its first to its last one: a loop that
-    // starts late or stops early is the business of the fps and late-window figures.
-    let sharedRunning = 0, displayRunning = 0, lateDisplay = 0, latePage = 0;
-    let firstPage = Infinity, lastPage = -Infinity;
-    for (const ts of rec.pageTs) {
-      if (ts < firstPage) firstPage = ts;
-      if (ts > lastPage) lastPage = ts;
-      if (ts >= lateFrom) latePage++;
+    rec.draws = 0;
+    const costs = [], ran = [], started = realNow();
+    let at = rec.nextAt;
+    for (let i = 0; i < count; i++) {
+      at = rec.nextAt;
+      rec.nextAt += clock.FRAME_MS;
+      const t0 = realNow();
+      ran.push(clock.frame(at));
+      // The style and layout the frame's changes need, now rather than at the next
+      // rendering, which in stepped time may come many frames later.
+      if (document.documentElement) rect.call(document.documentElement);
+      costs.push(realNow() - t0);
+      await settle();
     }
-    for (const ts of rec.probeTs) {
-      if (ts >= lateFrom) lateDisplay++;
-      if (ts < firstPage || ts > lastPage) continue;
-      displayRunning++;
-      if (rec.pageTs.has(ts)) sharedRunning++;
+    const key = sample();
+    return { costs, ran, atMs: at, wallMs: realNow() - started, draws: rec.draws, key,
+             documentId, leaving: log.leaving };
+  };
+
+  // A fixed piece of script and canvas work, the same on every machine, whose CPU time
+  // tells how fast this machine runs pages (see clock.py).
+  let sink = 0;
+  const bench = (runs) => {
+    const c = new Offscreen(256, 256), ctx = c.getContext("2d");
+    for (let r = 0; r < runs; r++) {
+      let x = 0;
+      for (let i = 1; i < 60000; i++) x += Math.sqrt(i) * Math.sin(i);
+      for (let i = 0; i < 400; i++) {
+        ctx.fillStyle = i % 2 ? "#4da3ff" : "#ff5d73";
+        ctx.beginPath();
+        ctx.arc((i * 37) % 256, (i * 91) % 256, 6 + (i % 20), 0, Math.PI * 2);
+        ctx.fill();
+      }
+      sink += x + ctx.getImageData(0, 0, 1, 1).data[0];
     }
-    let lastChangeTs = null, changedLate = false;
-    for (let i = 1; i < keys.length; i++) {
-      const [[before, was], [at, is]] = [keys[i - 1], keys[i]];
-      if (was === null || is === null || was === is) continue;
-      lastChangeTs = at;
-      if (before >= t1 - changeSpanMs - 1) changedLate = true;
-    }
+    return sink;
+  };
+
+  const summary = () => {
     handlerListens();
     const c = largestCanvas();
-    const sinceLoad = (ts) => (ts === null || ts === -Infinity ? null : ts - loadTs);
     return {
-      elapsedMs: t1 - t0,
-      warmupMs: t0 - loadTs,
-      lateMs: t1 - lateFrom,
-      changeSpanMs,
-      displayFrames: rec.probeTs.length,
-      pageFrames: rec.pageTs.size,
-      displayFramesRunning: displayRunning,
-      sharedFramesRunning: sharedRunning,
-      lateDisplayFrames: lateDisplay,
-      latePageFrames: latePage,
-      lastFrameMs: sinceLoad(rec.lastTs),
-      lastChangeMs: sinceLoad(lastChangeTs),
-      callbacks: rec.callbacks,
-      callbackMs: rec.cbMs,
-      draws: rec.draws,
       contexts2d: log.ctx2d,
       canvas: c ? [c.width, c.height] : null,
-      canvasChanged: lastChangeTs !== null,
-      canvasChangedLate: changedLate,
       inputsBlocked: log.inputs,
       inputListeners: [...log.listens].sort(),
       opens: log.opens.slice(),
       sockets: log.sockets.slice(),
+      leaving: log.leaving,
     };
   };
 
-  Object.defineProperty(W, "__GLOBAL__", { value: Object.freeze({ measure }) });
+  Object.defineProperty(W, "__GLOBAL__", { value: Object.freeze({ step, bench, sample, summary }) });
 })();

@@ -1,29 +1,36 @@
 """The in-page probe: an init script that watches an artifact from inside its own page.
 
 Installed with ``context.add_init_script`` so it runs before any of the artifact's scripts.
-It wraps the APIs the verifier cares about, keeping references to the originals so the
-artifact cannot disturb the measurement by replacing them later:
+It starts with ``clock.js``, the controlled clock that replaces the page's
+``requestAnimationFrame``, timers, ``performance.now`` and ``Date`` (see
+:mod:`verifier.chromium.clock`), which hands its controls to the probe and to no one else.
+The probe wraps the other APIs the verifier cares about, keeping references to the
+originals so the artifact cannot disturb the measurement by replacing them later:
 
-* ``requestAnimationFrame``: counts the page's callbacks and the frames they ran in;
 * ``HTMLCanvasElement.getContext``: counts ``'2d'`` contexts and remembers them for hashing;
 * ``CanvasRenderingContext2D`` drawing methods: counts draw calls;
 * ``window.open``: recorded and refused (returns ``null``, as a popup blocker does);
 * ``WebSocket`` / ``EventSource`` / ``RTCPeerConnection``: recorded, then the constructor
   throws a ``NetworkError`` ``DOMException`` so no socket is ever attempted;
+* ``clearRect``/``fillRect`` that cover the whole canvas but for a fraction of a pixel
+  (a clear in CSS pixels): widened to the exact canvas, so Chromium drops the drawing of the
+  frames they hide instead of rasterising every stepped frame (``save``/``restore``/``clip``
+  are tracked to leave clipped clears alone);
 * trusted input events (:data:`INPUT_EVENTS`): stopped in the capture phase on ``window``
   before any handler of the page sees them, and counted, so no pointer or key can start or
   drive the page (headless Chromium moves its pointer to (0,0) just after load); the input
   events the page listens for are recorded.
 
-``window.__swarmProbe.measure(warmupMs, judgedMs, lateMs, hashEveryMs, changeSpanMs)``
-waits out the warm-up, then runs its own rAF loop for ``judgedMs`` to count display frames,
-hashing every canvas of at least 16x16 pixels every ``hashEveryMs``. It returns the counts
-over the whole judged time and over its last ``lateMs`` (the late window), when the page's
-loop last ran and a canvas last changed (milliseconds after load), and whether any canvas
-changed between two hashes in the last ``changeSpanMs``, as a plain object (see :data:`PROBE_JS`).
+``window.__swarmProbe`` offers ``step(count, rate)``, which steps ``count`` frames of
+page time and returns each frame's real cost and how many of the page's rAF callbacks ran,
+hashing every canvas of at least 16x16 pixels afterwards; ``bench(runs)``, a fixed piece of
+work whose CPU time calibrates frame costs; ``sample()``, the canvases' hash now; and
+``summary()``, what the page did besides frames (contexts, canvas size, input, popups,
+sockets).
 
-The script itself is ``probe.js``, next to this module, so JavaScript tools can check it. Its
-``__NAME__`` markers (``__GLOBAL__``, ``__DRAWS__``, ``__SOCKETS__``, ``__INPUTS__``; the
+The scripts are ``clock.js`` and ``probe.js``, next to this module, so JavaScript tools can
+check them. Their ``__NAME__`` markers (``__GLOBAL__``, ``__CLOCK__``, ``__DRAWS__``,
+``__SOCKETS__``, ``__INPUTS__``; the
 placeholder dialect of ``worker.tasks.dashboard.pages``) are plain JS identifiers or string
 contents, so the file parses as it stands; they are filled in here, once per process.
 """
@@ -36,8 +43,12 @@ from collections.abc import Mapping
 from functools import cache
 from importlib.resources import files
 
+from verifier.chromium.clock import clock_script
+
 #: Name of the global the probe exposes (non-writable, non-enumerable).
 PROBE_GLOBAL = "__swarmProbe"
+#: Name of the global through which the clock hands itself to the probe (deleted at once).
+CLOCK_GLOBAL = "__swarmClock"
 
 #: Canvas drawing and path methods whose calls count as draw calls.
 DRAW_METHODS = (
@@ -90,17 +101,14 @@ def _fill(template: str, values: Mapping[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda match: values[match[1]], template)
 
 
-#: The init script; install it with ``context.add_init_script(script=PROBE_JS)``.
-PROBE_JS = _fill(
-    _probe_template(),
-    {
-        "GLOBAL": PROBE_GLOBAL,
-        "DRAWS": json.dumps(list(DRAW_METHODS)),
-        "SOCKETS": json.dumps(list(SOCKET_CONSTRUCTORS)),
-        "INPUTS": json.dumps(list(INPUT_EVENTS)),
-    },
-)
+_VALUES = {
+    "GLOBAL": PROBE_GLOBAL,
+    "CLOCK": CLOCK_GLOBAL,
+    "DRAWS": json.dumps(list(DRAW_METHODS)),
+    "SOCKETS": json.dumps(list(SOCKET_CONSTRUCTORS)),
+    "INPUTS": json.dumps(list(INPUT_EVENTS)),
+}
 
-#: Call that runs the in-page measurement; takes
-#: ``[warmup_ms, judged_ms, late_ms, hash_every_ms, change_span_ms]``.
-MEASURE_CALL = f"(args) => window.{PROBE_GLOBAL}.measure(...args)"
+#: The init script, the clock first; install it with
+#: ``context.add_init_script(script=PROBE_JS)``.
+PROBE_JS = _fill(clock_script(), _VALUES) + "\n" + _fill(_probe_template(), _VALUES)

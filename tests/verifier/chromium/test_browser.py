@@ -22,7 +22,7 @@ import verifier.chromium.binary
 from verifier.chromium.binary import DEFAULT_CHROMIUM_PATH, HEADLESS_SHELL_PATH, default_executable
 from verifier.chromium.browser import Browser, BrowserUnavailable, find_root
 from verifier.chromium.judge import Verdict, judge
-from verifier.chromium.page import JUDGED_S, WARMUP_S, measure_page
+from verifier.chromium.page import measure_page
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def test_crashed_tab_is_the_artifacts_failure(
 
     # When it is judged
     with on_loaded(kill_renderers):
-        verdict = judge(html, browser=private_browser, retry_starved=False)
+        verdict = judge(html, browser=private_browser)
     # Then the page is blamed in the verdict, and the same browser measures the next page
     assert killed
     assert verdict.failed == [
@@ -186,7 +186,7 @@ def test_concurrent_judging(
             with ThreadPoolExecutor(max_workers=len(names)) as pool:
                 verdicts: list[Verdict] = list(
                     pool.map(
-                        lambda name: judge(page_html(name), browser=shared, retry_starved=False),
+                        lambda name: judge(page_html(name), browser=shared),
                         names,
                     )
                 )
@@ -205,13 +205,12 @@ def test_concurrent_judging(
         peak_pss / 2**20,
     )
     assert peak_pages == 4
-    assert elapsed_s >= 2 * (WARMUP_S + JUDGED_S)  # two rounds of warm-up and judging
     assert peak_rss > 0
     for name, verdict in zip(names, verdicts, strict=True):
-        assert len(verdict.checks) == 13, name
+        assert len(verdict.checks) == 14, name
         assert verdict.fps is not None, name
     by_name = dict(zip(names, verdicts, strict=True))
-    # Frame rates depend on how busy the machine is; the other defects do not.
+    # Each page's defect is found with three other pages sharing the cores.
     assert "no_page_errors" in by_name["js_error.html"].failed
     assert "no_popups" in by_name["popup.html"].failed
     assert "screenshot_not_blank" in by_name["blank.html"].failed
@@ -311,9 +310,7 @@ def test_xvfb_display(page_html: Callable[[str], str], min_fps: float) -> None:
     # Given a browser rendering headed on a virtual X display
     with Browser(display="xvfb", max_pages=1) as headed:
         # When the good page is judged
-        verdict = judge(
-            page_html("good.html"), browser=headed, min_fps=min_fps, retry_starved=False
-        )
+        verdict = judge(page_html("good.html"), browser=headed, min_fps=min_fps)
     # Then it passes exactly as it does headless
     assert verdict.passed, [c.detail for c in verdict.checks if not c.passed]
 
@@ -377,7 +374,7 @@ def test_both_headless_builds(
     # browser, the other runs it as a child)
     with Browser(executable_path=chromium, max_pages=1) as own:
         # When the good page is judged
-        verdict = judge(page_html("good.html"), browser=own, min_fps=min_fps, retry_starved=False)
+        verdict = judge(page_html("good.html"), browser=own, min_fps=min_fps)
         root = psutil.Process(own.browser_pids()[0])
         # Then it passes, and the tree sampled for memory is rooted at the browser itself,
         # not at its launcher script

@@ -1,4 +1,5 @@
-"""Every page of the corpus gets exactly the verdict it deserves.
+"""Every page of the corpus gets exactly the verdict it deserves, on an idle machine and on
+one whose every core is busy with other work.
 
 Where each page comes from is in ``pages/PROVENANCE.md``.
 """
@@ -6,8 +7,12 @@ Where each page comes from is in ``pages/PROVENANCE.md``.
 from __future__ import annotations
 
 import logging
+import os
 import re
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -19,6 +24,7 @@ logger = logging.getLogger(__name__)
 STATIC = ["size", "canvas_2d", "raf_loop", "no_external_url"]
 IN_BROWSER = [
     "fps",
+    "frame_cost",
     "own_loop_share",
     "loop_keeps_running",
     "canvas_changes",
@@ -68,6 +74,16 @@ BROWSER_VERDICTS = {
     "credit_link.html": [],
     # a string followed by a `//d3.format` comment is no protocol-relative URL
     "comment_after_string.html": [],
+    # moves by performance.now() deltas, ticks its data by Date.now(), shows a Date clock
+    "wall_clock_animation.html": [],
+    # moves a fixed step per frame, reading no clock at all
+    "frame_count_animation.html": [],
+    # spins 30 ms on performance.now() in every frame: too heavy on any machine
+    "heavy_busy_wait.html": ["frame_cost"],
+    # computes about 25 ms of script in every frame
+    "heavy_compute.html": ["frame_cost"],
+    # a few ms per frame: a real-time judge on a loaded machine saw it crawl
+    "cheap_many_particles.html": [],
 }
 
 #: What a failing check must say (a regular expression), for pages whose hint used to point
@@ -134,7 +150,14 @@ def test_browser_verdicts(
     # Given a page that passes the static checks
     html = page_html(name)
     # When it is judged in Chromium
-    verdict = judge(html, browser=browser, min_fps=min_fps, retry_starved=False)
+    verdict = judge(html, browser=browser, min_fps=min_fps)
+    logger.info(
+        "%s: %s, fps %s, frame cost %s ms",
+        name,
+        verdict.failed,
+        verdict.fps,
+        next(c.value for c in verdict.checks if c.name == "frame_cost"),
+    )
     # Then exactly the checks it deserves fail, after all static and browser checks ran
     assert [check.name for check in verdict.checks] == STATIC + IN_BROWSER
     assert verdict.failed == failed, [c.detail for c in verdict.checks if not c.passed]
@@ -161,10 +184,13 @@ def test_good_page_report(
     html = page_html("good.html")
     # When it is measured
     report = browser.measure(html)
-    # Then its own loop drives every frame of a full-window canvas that changes
+    # Then its own loop drives every frame of a full-window canvas that changes, at 60 fps
+    # of page time, cheaply
     logger.info("good.html measured in %.2fs at %.1f fps", report.elapsed_s, report.fps)
     assert report.measured
-    assert report.fps >= min_fps
+    assert report.fps == pytest.approx(60.0)
+    assert report.display_frames == 330
+    assert 0 < report.frame_ms_p95 < 5.0
     assert report.own_loop_share >= 0.9
     assert report.callbacks_per_s == pytest.approx(report.fps, rel=0.05)
     assert report.canvas_size == (1280, 800)
@@ -179,9 +205,9 @@ def test_good_page_report(
     assert report.screenshot_blank is False
     assert report.late_fps >= min_fps
     assert report.canvas_changed_late
-    assert report.judged_until_s >= 5.0
-    assert report.inputs_blocked > 0  # headless Chromium's pointer move at (0,0)
-    assert 5.5 <= report.elapsed_s < 12
+    assert report.judged_until_s >= 6.0
+    # 6 s of page time cost far less than 6 s of real time
+    assert report.elapsed_s < 6.0
 
 
 def _reloading_page(*, reload_after_ms: int, busy_ms: int = 0) -> str:
@@ -287,6 +313,52 @@ def test_a_loop_that_starts_late_is_judged_on_its_own_frames(
         "setTimeout(() => requestAnimationFrame(frame), 1500);</script>"
     )
     # When it is judged
-    verdict = judge(html, browser=browser, min_fps=min_fps, retry_starved=False)
+    verdict = judge(html, browser=browser, min_fps=min_fps)
     # Then it passes: the timer only delayed the start, every frame after it was its own
     assert verdict.passed, [c.detail for c in verdict.checks if not c.passed]
+
+
+#: Busy processes started per core while the corpus is judged the second time.
+BUSY_PER_CORE = 2
+
+
+@contextmanager
+def every_core_busy() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Keep every core busy with other processes (BUSY_PER_CORE spinning ones per core)."""
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(BUSY_PER_CORE * (os.cpu_count() or 1))
+    ]
+    try:
+        yield spinners
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_corpus_gets_the_same_verdicts_on_an_idle_and_on_a_saturated_machine(
+    browser: Browser, page_html: Callable[[str], str], min_fps: float
+) -> None:
+    # Given every page the browser judges
+    names = list(BROWSER_VERDICTS)
+
+    def verdicts() -> dict[str, list[str]]:
+        return {
+            name: judge(page_html(name), browser=browser, min_fps=min_fps).failed for name in names
+        }
+
+    # When the corpus is judged on this machine as it is, then with every core kept busy
+    idle = verdicts()
+    with every_core_busy() as spinners:
+        loaded = verdicts()
+        still_spinning = all(spinner.poll() is None for spinner in spinners)
+    # Then every page gets the same verdict both ways, the one it deserves
+    logger.info("idle: %s", idle)
+    logger.info("loaded: %s", loaded)
+    assert still_spinning
+    assert loaded == idle
+    assert idle == BROWSER_VERDICTS

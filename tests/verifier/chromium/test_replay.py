@@ -31,7 +31,7 @@ def _judged_in_chromium(rt: Runtime, browser: Browser) -> int:
             )
         ],
     )
-    outcome = verify_handoff(rt, session_id=sid, round_no=0, browser=browser, retry_starved=False)
+    outcome = verify_handoff(rt, session_id=sid, round_no=0, browser=browser)
     assert outcome == "succeeded"
     return sid
 
