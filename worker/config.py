@@ -95,6 +95,10 @@ class RunConfig(BaseModel):
     cache: Literal["implicit", "explicit"] = "implicit"
     """Gemini context caching: the API's implicit cache, or one explicit cache per run
     holding the stable prefix (system instruction and tools)."""
+    verify: Literal["task", "static"] = "task"
+    """How handoffs are judged: by the task's own verifier (Chromium for a page, the sandbox
+    for Python), or by the task's static checks alone, recorded in the handoff's own commit
+    (no verification task; a static task is always judged that way)."""
     record: bool = False
     """Record every artifact the run verifies in a browser as a video, kept with its
     verdict."""

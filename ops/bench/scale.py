@@ -4,14 +4,14 @@
 For each shape (N, or W waves of N: ``WxN``) and pool, ``--processes`` fresh workers (one per
 core by default, as a host runs them: ``python -m worker -Q sessions,verify -P POOL -c K``
 with K = N / processes, sharing nothing but PostgreSQL and Redis) run the waves of ``sim``
-sessions (a fixed latency unless ``--sim-latency-jitter`` says, static verification). Printed
-per shape and pool: wall time and wall ÷ model floor (the floor is, wave by wave, the
-longest session's turns times the sim latency: exact at a fixed latency, a mean under
-jitter), peak RSS of all worker processes summed and RSS per concurrent session, worker CPU
-per turn (all processes), PostgreSQL CPU per turn (the backends serving the bench's
-database), Redis CPU per turn, the turn overhead p50/p99 from the timing ledger, duplicate
-turn tasks, Redis ``used_memory`` peak, PostgreSQL connections peak, database bytes per
-session and re-dispatches (the reconcilers' log lines); with several pools, each one's
+sessions (a fixed latency unless ``--sim-latency-jitter`` says), each judged by static checks
+in its handoff's own commit. Printed per shape and pool: wall time and wall ÷ model floor (the
+floor is, wave by wave, the longest session's turns times the sim latency: exact at a fixed
+latency, a mean under jitter), peak RSS of all worker processes summed and RSS per concurrent
+session, worker CPU per turn (all processes), PostgreSQL CPU per turn (the backends serving
+the bench's database), Redis CPU per turn, the turn overhead p50/p99 from the timing ledger,
+duplicate turn tasks, Redis ``used_memory`` peak, PostgreSQL connections peak, database bytes
+per session and re-dispatches (the reconcilers' log lines); with several pools, each one's
 figures over the last's. The sim's page generation is timed apart, in this process, since it
 is the stand-in model's cost and not the runtime's.
 
@@ -164,6 +164,7 @@ def measure(
             seed=seed,
             sim_latency_ms=latency_ms,
             sim_latency_jitter=jitter,
+            verify="static",
         )
         run_id, figures = run_to_end(rt, config, timeout_s=timeout_s)
         wall_s = time.monotonic() - started

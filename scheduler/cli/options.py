@@ -220,6 +220,7 @@ _CONFIG_FIELDS = (
     "sim_flaw_rate",
     "cache",
     "record",
+    "verify",
     "cache_warm",
     "forecast",
     "reserve",
@@ -307,6 +308,11 @@ def _shared_options() -> list[Callable[..., Any]]:
             "cache",
             "Gemini context caching: the API's implicit cache, "
             "or one explicit cache of the run's prompt prefix.",
+        ),
+        _choice(
+            "verify",
+            "Judge handoffs with the task's verifier (Chromium, the sandbox), or by the "
+            "task's static checks alone, in the handoff's own commit.",
         ),
         _choice(
             "cache_warm",

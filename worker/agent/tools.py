@@ -22,7 +22,7 @@ from worker.agent.regions import RegionNotFound, region_ids, replace_region
 from worker.errors import ConfigError, ToolError
 from worker.models.base import FunctionCall, ToolSpec
 from worker.profiles import Profile
-from worker.tasks.base import Instance, Submission, Task, TaskTool, Workspace, passed
+from worker.tasks.base import Check, Instance, Submission, Task, TaskTool, Workspace, passed
 
 #: Artifact names: a plain file name, never a path.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -103,6 +103,10 @@ class ToolContext:
     """The session's instance, public fields only."""
     handed_off: int | None = None
     """Artifact version id accepted by handoff during this turn."""
+    handed_off_as: Submission | None = None
+    """What that handoff submitted, as its static checks saw it (public fields only)."""
+    handoff_checks: list[Check] = field(default_factory=list)
+    """The task's static checks of that submission, all passed."""
     progress: bool = False
     """The current call created or edited an artifact, or handed it off."""
     _plan: list[workspace.PlanEntry] | None = field(default=None, repr=False)
@@ -359,6 +363,7 @@ def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
             )
     assert current.version_id is not None, "every artifact version has its row"
     ctx.handed_off = current.version_id
+    ctx.handed_off_as, ctx.handoff_checks = submission, checks
     ctx.progress = True
     return {"status": "handed_off", "artifact_name": current.name, "version": current.version}
 

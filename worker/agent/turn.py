@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from enum import Enum
 from functools import partial
@@ -52,9 +52,10 @@ from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn
 from worker.models.sim.model import SimModel
 from worker.notices import NO_CALL_NOTICE, user_text
 from worker.profiles import get_profile
+from worker.runs import verdicts
 from worker.states import Outcome, RunStatus
 from worker.store import claims, due, endings, reservations, sessions, turns, warmup
-from worker.tasks.base import Instance, Task
+from worker.tasks.base import Instance, Task, VerifierKind, passed
 from worker.tasks.fingerprint import recorded_task
 
 logger = logging.getLogger(__name__)
@@ -452,6 +453,13 @@ def _commit(
             handoff_version_id=ctx.handed_off,
         )
         assert committed, "the lease was checked under a row lock in this transaction"
+        # A handoff judged by static checks alone is judged here, in the handoff's own
+        # transaction: a verification task would only read back what this turn holds.
+        verdict = (
+            _judge_inline(rt, conn, claim, view, config, task, ctx, now)
+            if ctx.handed_off is not None and judged_inline(task, config)
+            else None
+        )
         # A first turn warmed the cache: its wave's held first turns may go now.
         released = (
             warmup.release_wave(conn, session_id=claim.session_id, now=now)
@@ -462,6 +470,9 @@ def _commit(
         observe_commit(rt.observer, view.model, timing, usage, cost_usd)
     if loop is not None:
         raise SessionStopped(f"{loop.kind}: {loop.message}", outcome=Outcome.loop)
+    if verdict is not None:
+        rt.send_all([due.Dispatch(s, "turn", 0) for s in released])
+        return _after_inline_verdict(rt, claim.session_id, view.repair_round, verdict)
     nxt = (
         due.Dispatch(claim.session_id, "verify", view.repair_round, verifier=task.verifier.value)
         if ctx.handed_off is not None
@@ -469,6 +480,63 @@ def _commit(
     )
     rt.send_all([nxt, *(due.Dispatch(s, "turn", 0) for s in released)])
     return TurnOutcome.committed
+
+
+def judged_inline(task: Task, config: RunConfig) -> bool:
+    """Whether a run's handoffs are judged by static checks alone, in the handoff's own
+    commit: its task's verifier is static, or the run asks for static verdicts."""
+    return task.verifier is VerifierKind.static or config.verify == "static"
+
+
+def _judge_inline(
+    rt: Runtime,
+    conn: Connection,
+    claim: claims.Claim,
+    view: sessions.SessionView,
+    config: RunConfig,
+    task: Task,
+    ctx: ToolContext,
+    now: datetime,
+) -> verdicts.Applied:
+    """Judge the handoff of this turn as the verify queue would, and record the verdict in
+    the turn's own transaction: the static checks the handoff passed, then, for a static
+    task, the task's own judgement with the instance's hidden fields."""
+    started = time.perf_counter()
+    submitted = ctx.handed_off_as
+    assert ctx.handed_off is not None and submitted is not None, "set by the handoff tool"
+    checks = list(ctx.handoff_checks)
+    if task.verifier is VerifierKind.static:
+        try:
+            instance = task.instance(view.instance_id)
+        except ConfigError:  # a session made before tasks: its brief is all there is
+            instance = submitted.instance
+        checks += task.judge(replace(submitted, instance=instance))
+    verdict = verdicts.VerdictIn(
+        passed=passed(checks),
+        method="static",
+        checks=[asdict(c) for c in checks],
+        elapsed_ms=int((time.perf_counter() - started) * 1000),
+    )
+    return verdicts.apply_verdict(
+        conn,
+        session_id=claim.session_id,
+        round_no=view.repair_round,
+        version_id=ctx.handed_off,
+        verdict=verdict,
+        now=now,
+        next_turn=claim.turn_no + 1,
+        repair_rounds=config.repair_rounds,
+    )
+
+
+def _after_inline_verdict(
+    rt: Runtime, session_id: int, round_no: int, applied: verdicts.Applied
+) -> TurnOutcome:
+    """Act on a verdict recorded with its handoff, now committed, as the verify task would."""
+    result = verdicts.after_verdict(rt, session_id=session_id, round_no=round_no, applied=applied)
+    if rt.tracer is not None:
+        rt.tracer.verification(session_id=session_id, round_no=round_no, judge=lambda: result)
+    return TurnOutcome.committed if applied.ended is None else TurnOutcome.ended
 
 
 def _run_tools(answer: ModelTurn, ctx: ToolContext, tracer: Tracer | None = None) -> list[Event]:

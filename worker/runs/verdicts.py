@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, insert, select
@@ -231,13 +231,24 @@ _WAITING_LEASED = _waiting(sessions.c.lease_epoch == bindparam("b_epoch"))
 _ADD_VERIFICATION = insert(verifications)
 
 
+@dataclass(frozen=True)
+class Applied:
+    """What a recorded verdict did to its session, for the caller to act on after the commit."""
+
+    result: str
+    """``succeeded``, ``repair`` or ``failed``."""
+    nxt: due.Dispatch | None = None
+    """The repair round's first turn, to send."""
+    ended: endings.SessionEnd | None = None
+    """The session's ending, if the verdict ended it."""
+
+
 def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
     """Store the verdict and move the session on, exactly once per round.
 
     Returns what happened: ``succeeded``, ``repair``, ``failed`` or ``duplicate``.
     """
     now = rt.clock()
-    nxt: due.Dispatch | None = None
     with rt.engine.begin() as conn:
         row = conn.execute(
             _WAITING if handoff.epoch is None else _WAITING_LEASED,
@@ -249,60 +260,79 @@ def record_verdict(rt: Runtime, handoff: Handoff, verdict: VerdictIn) -> str:
         ).first()
         if row is None:
             return "duplicate"
-        conn.execute(
-            _ADD_VERIFICATION,
-            {
-                "session_id": handoff.session_id,
-                "artifact_version_id": handoff.version_id,
-                "round": handoff.round,
-                "passed": verdict.passed,
-                "method": verdict.method,
-                "checks": verdict.checks,
-                "fps": verdict.fps,
-                "screenshot_png": verdict.screenshot_png,
-                "elapsed_ms": verdict.elapsed_ms,
-                "video_mp4": verdict.video_mp4,
-                "created_at": now,
-            },
+        applied = apply_verdict(
+            conn,
+            session_id=handoff.session_id,
+            round_no=handoff.round,
+            version_id=handoff.version_id,
+            verdict=verdict,
+            now=now,
+            next_turn=row.next_turn,
+            repair_rounds=RunConfig.model_validate(row.config).repair_rounds,
         )
-        rounds = RunConfig.model_validate(row.config).repair_rounds
-        ended: endings.SessionEnd | None = None
-        if verdict.passed:
-            result = "succeeded"
-            ended = endings.end_session(
-                conn,
-                session_id=handoff.session_id,
-                outcome=Outcome.verified,
-                now=now,
-            )
-        elif handoff.round < rounds:
-            result = "repair"
-            endings.start_repair(
-                conn, session_id=handoff.session_id, repair_round=handoff.round + 1, now=now
-            )
-            text = feedback_text(verdict.checks, round_no=handoff.round, rounds=rounds)
-            add_events(
-                conn,
-                session_id=handoff.session_id,
-                turn_no=row.next_turn,
-                items=[Feedback(user_text(text), handoff.round)],
-                now=now,
-            )
-            nxt = due.Dispatch(handoff.session_id, "turn", row.next_turn)
-        else:
-            result = "failed"
-            failed = ", ".join(c["name"] for c in verdict.checks if not c.get("passed"))
-            ended = endings.end_session(
-                conn,
-                session_id=handoff.session_id,
-                outcome=Outcome.failed_verification,
-                now=now,
-                error=f"verification failed after {rounds} repair rounds: {failed}",
-            )
-    logger.info("session %s verdict round %s: %s", handoff.session_id, handoff.round, result)
-    if nxt is not None:
-        rt.send_all([nxt])
-    elif ended is not None and ended.wave_closed:
-        # The ending started the next wave, or the next run of a ladder.
+    return after_verdict(rt, session_id=handoff.session_id, round_no=handoff.round, applied=applied)
+
+
+def apply_verdict(
+    conn: Connection,
+    *,
+    session_id: int,
+    round_no: int,
+    version_id: int,
+    verdict: VerdictIn,
+    now: datetime,
+    next_turn: int,
+    repair_rounds: int,
+) -> Applied:
+    """Store the verdict on a session waiting on it (row-locked by the caller's transaction)
+    and move the session on: it ends, or goes back to work on its next repair round."""
+    conn.execute(
+        _ADD_VERIFICATION,
+        {
+            "session_id": session_id,
+            "artifact_version_id": version_id,
+            "round": round_no,
+            "passed": verdict.passed,
+            "method": verdict.method,
+            "checks": verdict.checks,
+            "fps": verdict.fps,
+            "screenshot_png": verdict.screenshot_png,
+            "elapsed_ms": verdict.elapsed_ms,
+            "video_mp4": verdict.video_mp4,
+            "created_at": now,
+        },
+    )
+    if verdict.passed:
+        ended = endings.end_session(conn, session_id=session_id, outcome=Outcome.verified, now=now)
+        return Applied("succeeded", ended=ended)
+    if round_no < repair_rounds:
+        endings.start_repair(conn, session_id=session_id, repair_round=round_no + 1, now=now)
+        text = feedback_text(verdict.checks, round_no=round_no, rounds=repair_rounds)
+        add_events(
+            conn,
+            session_id=session_id,
+            turn_no=next_turn,
+            items=[Feedback(user_text(text), round_no)],
+            now=now,
+        )
+        return Applied("repair", nxt=due.Dispatch(session_id, "turn", next_turn))
+    failed = ", ".join(c["name"] for c in verdict.checks if not c.get("passed"))
+    ended = endings.end_session(
+        conn,
+        session_id=session_id,
+        outcome=Outcome.failed_verification,
+        now=now,
+        error=f"verification failed after {repair_rounds} repair rounds: {failed}",
+    )
+    return Applied("failed", ended=ended)
+
+
+def after_verdict(rt: Runtime, *, session_id: int, round_no: int, applied: Applied) -> str:
+    """Once the verdict committed: send the repair round's first turn, or start what the
+    session's ending made due (the next wave, or the next run of a ladder)."""
+    logger.info("session %s verdict round %s: %s", session_id, round_no, applied.result)
+    if applied.nxt is not None:
+        rt.send_all([applied.nxt])
+    elif applied.ended is not None and applied.ended.wave_closed:
         rt.flush_outbox()
-    return result
+    return applied.result

@@ -55,7 +55,7 @@ STANDARD_PERSONAS = ("oracle", "null", "cheat", "sloppy")
 class VerifierKind(str, Enum):
     """How a task's handoffs are judged, and so which verify queue they go to."""
 
-    #: the task's own checks decide, in the verify worker (no browser, no sandbox)
+    #: the task's own checks decide, in the handoff's own commit (no browser, no sandbox)
     static = "static"
     #: a canvas page, rendered in Chromium over its first seconds of life
     chromium = "chromium"
@@ -286,7 +286,8 @@ class Task:
         return [_compiles(name, text) for name, text in sorted(submission.files.items())]
 
     def judge(self, submission: Submission) -> list[Check]:
-        """The verdict of a ``static`` task, in the verify worker (hidden fields available).
+        """The verdict of a ``static`` task, in the session worker as the handoff commits
+        (hidden fields available).
 
         Artifacts are untrusted: read them as data, never run them here.
         """
