@@ -84,6 +84,8 @@ class Reconciler:
         """Passes in a row that found work waiting in the queues."""
         self.slow = 0
         """Passes in a row that found this worker's link slow next to the fleet's."""
+        self.cache_watch = cache_alarm.CacheWatch()
+        """The runs' cache share, read a pass's new calls at a time."""
 
     def run_once(self) -> int:
         """One pass; returns how many tasks were sent."""
@@ -125,7 +127,7 @@ class Reconciler:
         # turns came after the previous look.
         ended_since = now - timedelta(seconds=max(4 * settings.reconcile_interval_s, 30.0))
         with rt.engine.begin() as conn:
-            cache_alarm.watch(conn, now=now, ended_since=ended_since)
+            self.cache_watch.watch(conn, now=now, ended_since=ended_since)
         return sent
 
     def _round_trip_ms(self) -> float | None:

@@ -13,8 +13,9 @@ being byte-identical, a model behind the name that changed, a cache the provider
 The alarm names the first turn of that window below the threshold, where the fall started.
 
 Every worker's reconciler checks the runs still going (and those that ended in the last
-few passes) on each pass, not each turn: a run's check reads all its calls, which after
-every turn would cost a large run quadratic time. The first reconciler that sees the fall
+few passes) on each pass, not each turn, and reads only the calls committed since its last
+pass (:class:`CacheWatch`): a check that read all of a run's calls each time would cost a
+large run quadratic time. The first reconciler that sees the fall
 logs it at WARNING (claimed by an outbox key, so once per run). ``status``, ``--follow``
 and the report read the same figure.
 """
@@ -22,9 +23,10 @@ and the report read the same figure.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from sqlalchemy import func, insert, select
@@ -34,7 +36,15 @@ from sqlalchemy.exc import IntegrityError
 from worker.states import RunStatus
 from worker.store.tables import outbox, runs, sessions, usage
 
-__all__ = ["CacheAlarm", "UsageRow", "cache_alarm", "check_run", "find_drop", "watch"]
+__all__ = [
+    "CacheAlarm",
+    "CacheWatch",
+    "UsageRow",
+    "cache_alarm",
+    "check_run",
+    "find_drop",
+    "watch",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -93,37 +103,65 @@ def _share(rows: Sequence[UsageRow]) -> float:
     return sum(r.cached_tokens for r in rows) / prompt if prompt else 0.0
 
 
-def find_drop(rows: Sequence[UsageRow]) -> CacheAlarm | None:
-    """The first fall of the cache share in a run's turns, or None."""
-    prompt = cached = 0
-    for end in range(WINDOW, len(rows) + 1):
-        before = rows[: end - WINDOW]
-        if end > WINDOW:
-            prompt += before[-1].prompt_tokens
-            cached += before[-1].cached_tokens
-        if len(before) < MIN_HISTORY or not prompt:
-            continue
-        running = cached / prompt
-        window = rows[end - WINDOW : end]
-        share = _share(window)
+class _Scan:
+    """The search for a run's first fall, fed one call at a time in commit order.
+
+    It keeps the sums of the calls before the window and the window itself, so each call
+    costs the same however long the run has been going.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        """Calls fed so far."""
+        self.window: deque[UsageRow] = deque(maxlen=WINDOW)
+        self.prompt = 0
+        """Prompt tokens already sent, over the calls before the window."""
+        self.cached = 0
+        """Cached tokens over the calls before the window."""
+        self.alarm: CacheAlarm | None = None
+        """The first fall, once found; nothing more is looked at after it."""
+
+    def feed(self, row: UsageRow) -> CacheAlarm | None:
+        """Add the run's next call; returns the alarm when this call completes its window."""
+        if self.alarm is not None:
+            return None
+        if len(self.window) == WINDOW:
+            leaving = self.window[0]
+            self.prompt += leaving.prompt_tokens
+            self.cached += leaving.cached_tokens
+        self.window.append(row)
+        self.count += 1
+        before = self.count - WINDOW
+        if before < MIN_HISTORY or not self.prompt:
+            return None
+        running = self.cached / self.prompt
+        share = _share(self.window)
         if running < MIN_SHARE or share >= DROP_RATIO * running:
-            continue
+            return None
         threshold = DROP_RATIO * running
-        first = next(
-            i
-            for i, r in enumerate(window)
+        first, start = next(
+            (i, r)
+            for i, r in enumerate(self.window)
             if r.prompt_tokens == 0 or r.cached_tokens / r.prompt_tokens < threshold
         )
-        start = window[first]
-        return CacheAlarm(
-            turn=end - WINDOW + first + 1,
+        self.alarm = CacheAlarm(
+            turn=before + first + 1,
             session_index=start.session_index,
             turn_no=start.turn_no,
             at=start.at,
             running_share=running,
             window_share=share,
-            raised_at_turn=end,
+            raised_at_turn=self.count,
         )
+        return self.alarm
+
+
+def find_drop(rows: Sequence[UsageRow]) -> CacheAlarm | None:
+    """The first fall of the cache share in a run's turns, or None."""
+    scan = _Scan()
+    for row in rows:
+        if (alarm := scan.feed(row)) is not None:
+            return alarm
     return None
 
 
@@ -163,19 +201,116 @@ def cache_alarm(conn: Connection, *, run_id: int) -> CacheAlarm | None:
     return find_drop(_rows(conn, run_id))
 
 
+def _going(conn: Connection, *, ended_since: datetime) -> list[int]:
+    """The runs still going or ended since ``ended_since`` whose alarm is not logged."""
+    logged = select(outbox.c.run_id).where(outbox.c.kind == ALARM)
+    return list(
+        conn.execute(
+            select(runs.c.id).where(
+                (runs.c.status == RunStatus.running.value) | (runs.c.finished_at >= ended_since),
+                runs.c.id.not_in(logged),
+            )
+        ).scalars()
+    )
+
+
 def watch(conn: Connection, *, now: datetime, ended_since: datetime) -> list[CacheAlarm]:
-    """Check every run still going or ended since ``ended_since`` whose alarm is not logged.
+    """Check every run still going or ended since ``ended_since`` whose alarm is not logged,
+    reading each whole (a reconciler keeps a :class:`CacheWatch` instead).
 
     Returns the alarms this call logged.
     """
-    logged = select(outbox.c.run_id).where(outbox.c.kind == ALARM)
-    run_ids = conn.execute(
-        select(runs.c.id).where(
-            (runs.c.status == RunStatus.running.value) | (runs.c.finished_at >= ended_since),
-            runs.c.id.not_in(logged),
-        )
-    ).scalars()
-    return [alarm for run_id in run_ids if (alarm := check_run(conn, run_id=run_id, now=now))]
+    going = _going(conn, ended_since=ended_since)
+    return [alarm for run_id in going if (alarm := check_run(conn, run_id=run_id, now=now))]
+
+
+#: Seconds a call's row is left to settle before a watch reads it: ids are handed out as
+#: rows are inserted, and the turns commit a moment later, not always in that order.
+SETTLE_S = 5.0
+
+
+@dataclass
+class _Watched:
+    """How far a watch has read a run's calls."""
+
+    scan: _Scan = field(default_factory=_Scan)
+    last_id: int = 0
+    """The last call read, by id."""
+    read: int = 0
+    """Calls read, first turns of sessions included."""
+    sent: dict[int, int] = field(default_factory=dict)
+    """Each session's prompt tokens on its last call read."""
+
+
+class CacheWatch:
+    """Watches the runs going on, reading each run's calls once.
+
+    A reconciler's pass reads only the calls committed since its previous pass, a few
+    seconds old (:data:`SETTLE_S`), and feeds them in commit order to the run's search:
+    a pass costs what was committed since, not the length of the run. A call that commits
+    later than that, below what was read (a turn whose commit took longer than
+    :data:`SETTLE_S`), is noticed by the run's count of calls, and the run is read again
+    from its start.
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[int, _Watched] = {}
+
+    def watch(self, conn: Connection, *, now: datetime, ended_since: datetime) -> list[CacheAlarm]:
+        """Read what the runs going on committed since the last pass; log what fell.
+
+        Returns the alarms this call logged.
+        """
+        going = _going(conn, ended_since=ended_since)
+        self.runs = {run_id: self.runs.get(run_id) or _Watched() for run_id in going}
+        settled = now - timedelta(seconds=SETTLE_S)
+        alarms = []
+        for run_id in list(self.runs):
+            found = self._read(conn, run_id, self.runs[run_id], settled)
+            if (alarm := _log_once(conn, run_id=run_id, alarm=found, now=now)) is not None:
+                alarms.append(alarm)
+        return alarms
+
+    def _read(
+        self, conn: Connection, run_id: int, watched: _Watched, settled: datetime
+    ) -> CacheAlarm | None:
+        if watched.scan.alarm is not None:
+            return watched.scan.alarm
+        total = conn.execute(
+            select(func.count()).select_from(usage).where(usage.c.run_id == run_id)
+        ).scalar_one()
+        rows = conn.execute(
+            select(
+                usage.c.id,
+                usage.c.session_id,
+                sessions.c.index.label("session_index"),
+                usage.c.turn_no,
+                usage.c.prompt_tokens,
+                usage.c.cached_tokens,
+                usage.c.created_at,
+            )
+            .join(sessions, sessions.c.id == usage.c.session_id)
+            .where(usage.c.run_id == run_id, usage.c.id > watched.last_id)
+            .order_by(usage.c.id)
+        ).all()
+        if total > watched.read + len(rows):
+            # A call committed late, below what was read: read the run again.
+            watched = self.runs[run_id] = _Watched()
+            return self._read(conn, run_id, watched, settled)
+        for row in rows:
+            if row.created_at >= settled:
+                break  # this one and those after it are read next pass
+            watched.last_id, watched.read = row.id, watched.read + 1
+            sent_before = watched.sent.get(row.session_id)
+            watched.sent[row.session_id] = row.prompt_tokens
+            if sent_before is None:
+                continue  # a session's first call: it had sent nothing before
+            call = UsageRow(
+                row.session_index, row.turn_no, sent_before, row.cached_tokens, row.created_at
+            )
+            if watched.scan.feed(call) is not None:
+                return watched.scan.alarm
+        return None
 
 
 def check_run(conn: Connection, *, run_id: int, now: datetime) -> CacheAlarm | None:
@@ -183,10 +318,23 @@ def check_run(conn: Connection, *, run_id: int, now: datetime) -> CacheAlarm | N
 
     Returns the alarm when this call logged it.
     """
-    key = f"run:{run_id}:cache_alarm"
-    if conn.execute(select(outbox.c.id).where(outbox.c.key == key)).first() is not None:
+    if _logged(conn, run_id=run_id):
         return None
-    alarm = find_drop(_rows(conn, run_id))
+    return _log_once(conn, run_id=run_id, alarm=find_drop(_rows(conn, run_id)), now=now)
+
+
+def _key(run_id: int) -> str:
+    return f"run:{run_id}:cache_alarm"
+
+
+def _logged(conn: Connection, *, run_id: int) -> bool:
+    return conn.execute(select(outbox.c.id).where(outbox.c.key == _key(run_id))).first() is not None
+
+
+def _log_once(
+    conn: Connection, *, run_id: int, alarm: CacheAlarm | None, now: datetime
+) -> CacheAlarm | None:
+    """Log ``alarm`` at WARNING unless a worker already did; returns it if this call did."""
     if alarm is None:
         return None
     try:
@@ -194,7 +342,7 @@ def check_run(conn: Connection, *, run_id: int, now: datetime) -> CacheAlarm | N
         with conn.begin_nested():
             conn.execute(
                 insert(outbox).values(
-                    key=key,
+                    key=_key(run_id),
                     run_id=run_id,
                     kind=ALARM,
                     payload={"turn": alarm.turn},

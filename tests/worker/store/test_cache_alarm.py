@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, delete, insert, select
 
 from tests.factories import add_usage, make_run
 from worker.store.cache_alarm import (
     MIN_HISTORY,
+    SETTLE_S,
     WINDOW,
+    CacheWatch,
     UsageRow,
     cache_alarm,
     check_run,
     find_drop,
 )
 from worker.store.engine import utcnow
+from worker.store.tables import usage
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -88,3 +91,41 @@ def test_a_real_run_is_judged_on_what_it_sent_before_and_warned_once(
             assert check_run(conn, run_id=run_id, now=utcnow()) is None
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "starting at turn 25" in caplog.records[0].getMessage()
+
+
+@pytest.mark.services
+def test_a_watch_reads_each_call_once_and_finds_what_the_whole_run_shows(engine: Engine) -> None:
+    # Given the same run's first wave, all but its first call committed and settled
+    run_id, ids = make_run(engine, waves="2x8")
+    _wave(engine, run_id, ids[:8], cold=False)
+    with engine.begin() as conn:
+        first = select(usage).where(usage.c.run_id == run_id).order_by(usage.c.id)
+        late = conn.execute(first).first()
+        assert late is not None
+        conn.execute(delete(usage).where(usage.c.id == late.id))
+    watch = CacheWatch()
+    later = utcnow() + timedelta(seconds=SETTLE_S + 1)
+    with engine.begin() as conn:
+        assert watch.watch(conn, now=later, ended_since=later) == []
+    # Then a pass read each of its 31 calls, and the next pass reads none again
+    assert watch.runs[run_id].read == 31
+    with engine.begin() as conn:
+        watch.watch(conn, now=later, ended_since=later)
+    assert watch.runs[run_id].read == 31
+    # When the first call commits late, below what the watch read, and the next wave
+    # finds the cache cold
+    with engine.begin() as conn:
+        conn.execute(insert(usage).values(**late._asdict()))
+    _wave(engine, run_id, ids[8:], cold=True)
+    now = utcnow()
+    with engine.begin() as conn:
+        # Then the watch starts the run again, and leaves calls younger than SETTLE_S
+        # for a later pass
+        assert watch.watch(conn, now=now, ended_since=now) == []
+        assert watch.runs[run_id].read == 0
+        # and once they settled, it finds and logs the alarm the whole run shows, once
+        whole = cache_alarm(conn, run_id=run_id)
+        assert whole is not None
+        later = now + timedelta(seconds=SETTLE_S + 1)
+        assert watch.watch(conn, now=later, ended_since=later) == [whole]
+        assert watch.watch(conn, now=later, ended_since=later) == []
