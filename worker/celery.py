@@ -409,3 +409,20 @@ def _after_worker_ready(sender: Any = None, **_: Any) -> None:
 def _before_shutdown(**_: Any) -> None:
     sampler.stop_sampler()
     _stop_tracing()
+
+
+#: Celery's loggers of each task's arrival ("received") and end ("succeeded in").
+_TASK_LINE_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+
+
+@signals.after_setup_logger.connect  # type: ignore[untyped-decorator]
+def _quiet_task_lines(**_: Any) -> None:
+    """Celery logs two lines per task at INFO; a fleet runs hundreds of tasks a second.
+
+    Unless ``SWARM_TASK_LOG`` asks for them, they are left out: failures still come at
+    ERROR, and Swarm logs its own retries, endings and verdicts. Flower and a session's
+    transcript show every task.
+    """
+    if not app.settings.task_log:
+        for name in _TASK_LINE_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)

@@ -90,6 +90,10 @@ class Settings(BaseSettings):
     the worker's threads, at least 15 and at most 25."""
     db_pool_timeout_s: float = Field(default=60.0, gt=0)
     """How long a thread waits for a free connection; a turn that waits longer is retried."""
+    task_log: bool = False
+    """Workers log each task's arrival and end (Celery's own two lines per task, at INFO).
+    Off, a task's failure is still logged, as are Swarm's own lines (retries, endings,
+    verdicts)."""
     task_events: bool = False
     """Workers send task events, and senders task-sent events, without being asked. Off, a
     worker sends them only while Flower (or ``celery control enable_events``) asks."""
