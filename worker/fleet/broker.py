@@ -78,6 +78,10 @@ class BrokerProbe(Protocol):
         """Report this worker stopped on purpose (its reserved messages went back)."""
         ...
 
+    def twin(self) -> BrokerProbe:
+        """The same probe on connections of its own, for another thread to use."""
+        ...
+
 
 class RedisBrokerProbe:
     """A :class:`BrokerProbe` of kombu's Redis transport.
@@ -103,6 +107,8 @@ class RedisBrokerProbe:
         beat_s: float = 5.0,
     ) -> None:
         self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self.url = url
+        self.queues = list(queues)
         self.prefix = prefix
         self.owner = owner
         self.silence_s = silence_s
@@ -209,6 +215,18 @@ class RedisBrokerProbe:
         if forgotten:
             self.client.hdel(self.workers_key, *forgotten)
         return silent, None if last_beat is None else last_beat + self.beat_s
+
+    def twin(self) -> RedisBrokerProbe:
+        """The same probe on a client of its own: a green worker's connections belong to the
+        thread that opened them."""
+        return RedisBrokerProbe(
+            self.url,
+            prefix=self.prefix,
+            queues=self.queues,
+            owner=self.owner,
+            silence_s=self.silence_s,
+            beat_s=self.beat_s,
+        )
 
     def close(self) -> None:
         """Close the connections."""

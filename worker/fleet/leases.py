@@ -18,6 +18,7 @@ from sqlalchemy import BigInteger, Engine, Integer, bindparam, func, select, tup
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.dml import Update
 
+from worker.fleet.native import sleep_thread, start_native
 from worker.store.tables import sessions
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,8 @@ class LeaseKeeper:
         self.clock = clock
         self._held: dict[int, int] = {}
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._running = False
+        """A renewing thread runs (it stops when nothing is held)."""
         self._stop_event = threading.Event()
 
     @contextmanager
@@ -84,9 +86,9 @@ class LeaseKeeper:
         """Keep the lease ``(session_id, epoch)`` alive while the block runs."""
         with self._lock:
             self._held[session_id] = epoch
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="swarm-leases", daemon=True)
-                self._thread.start()
+            if not self._running:
+                self._running = True
+                start_native(self._loop, name="swarm-leases")
         try:
             yield
         finally:
@@ -129,11 +131,14 @@ class LeaseKeeper:
         self._stop_event.set()
 
     def _loop(self) -> None:
-        while not self._stop_event.wait(self.renew_s):
+        while True:
+            sleep_thread(self.renew_s)
+            if self._stop_event.is_set():
+                return
             with self._lock:
                 if not self._held:
                     # Idle: the next hold starts a new thread (both decided under the lock).
-                    self._thread = None
+                    self._running = False
                     return
             try:
                 self.renew()

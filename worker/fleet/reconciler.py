@@ -38,6 +38,7 @@ from sqlalchemy import text
 from worker.fleet.broker import BrokerProbe, BrokerView, dead_owners
 from worker.fleet.identity import this_host
 from worker.fleet.intake import Intake, on_slow_link
+from worker.fleet.native import green, sleep_thread, start_native
 from worker.fleet.runtime import Runtime
 from worker.store import cache_alarm, due, waves
 
@@ -58,6 +59,10 @@ def _first_turn(u: due.Unclaimed) -> bool:
 def _older(u: due.Unclaimed, than: datetime) -> bool:
     return u.dispatched_at is None or u.dispatched_at < than
 
+
+#: Seconds between two heartbeats of a green worker's native pulse (the fleet presumes a
+#: worker dead after 30 s of silence).
+BEAT_S = 5.0
 
 #: Why a worker on a slow link takes no work (:class:`Intake`).
 SLOW_LINK = "slow link"
@@ -84,6 +89,8 @@ class Reconciler:
         """Passes in a row that found work waiting in the queues."""
         self.slow = 0
         """Passes in a row that found this worker's link slow next to the fleet's."""
+        self.round_trip_ms: float | None = None
+        """The last pass's round trip to the database, if measured."""
         self.cache_watch = cache_alarm.CacheWatch()
         """The runs' cache share, read a pass's new calls at a time."""
 
@@ -91,7 +98,7 @@ class Reconciler:
         """One pass; returns how many tasks were sent."""
         rt, now = self.rt, self.rt.clock()
         if self.probe is not None:
-            round_trip_ms = self._round_trip_ms()
+            round_trip_ms = self.round_trip_ms = self._round_trip_ms()
             self.probe.heartbeat(round_trip_ms)
             if self.intake is not None and round_trip_ms is not None:
                 self._mind_link(self.probe, self.intake, round_trip_ms)
@@ -207,8 +214,13 @@ class ReconcilerThread(threading.Thread):
         self.reconciler = Reconciler(rt, probe, intake)
         self.interval_s = interval_s
         self._stop_event = threading.Event()
+        self._beating = threading.Lock()
 
     def run(self) -> None:
+        if self.reconciler.probe is not None and green():
+            # A pass comes late in a saturated green worker; the heartbeat must not, or
+            # the fleet takes this worker for dead and sends its reserved messages again.
+            start_native(self._pulse, name="swarm-pulse")
         # The first pass runs at once: a worker started after a crash takes over its work.
         while True:
             try:
@@ -218,8 +230,20 @@ class ReconcilerThread(threading.Thread):
             if self._stop_event.wait(self.interval_s):
                 return
 
+    def _pulse(self) -> None:
+        """Beat on a native thread, every :data:`BEAT_S`, until stopped."""
+        assert self.reconciler.probe is not None
+        probe = self.reconciler.probe.twin()  # its connections are this thread's
+        while True:
+            with self._beating:
+                if self._stop_event.is_set():
+                    return
+                probe.heartbeat(self.reconciler.round_trip_ms)
+            sleep_thread(min(self.interval_s, BEAT_S))
+
     def stop(self) -> None:
         """Stop after the current pass; a warm shutdown hands its reserved messages back."""
-        self._stop_event.set()
-        if self.reconciler.probe is not None:
-            self.reconciler.probe.sign_off()
+        with self._beating:  # no beat after the sign-off
+            self._stop_event.set()
+            if self.reconciler.probe is not None:
+                self.reconciler.probe.sign_off()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, select, update
 
+from tests.conftest import ROOT
 from tests.factories import make_run
 from worker.fleet.runtime import Runtime
 from worker.store.claims import Claim, lease_turn
@@ -95,3 +99,23 @@ def test_a_renewal_skips_a_session_row_another_transaction_holds(
     assert result == [1]
     assert _expiry(engine, free) > before[free]
     assert _expiry(engine, locked) == before[locked]
+
+
+def test_a_green_worker_renews_its_leases_while_its_greenlets_keep_the_loop_busy(
+    engine: Engine,
+) -> None:
+    # Given a process patched by gevent, as a worker on a green pool, holding a lease
+    _, (sid,) = make_run(engine)
+    url = engine.url.render_as_string(hide_password=False)
+    # When one of its greenlets keeps the loop busy for 1.5 s without yielding
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("green_leases.py")), url, str(sid)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    ran, rows = (int(n) for n in done.stdout.split())
+    # Then the renewals (every 0.1 s) still ran in that time, each renewing the lease
+    assert ran >= 5 and rows == ran, done.stdout
