@@ -8,24 +8,32 @@ run it. ``clock.js``, installed before any of the page's scripts, replaces the p
 ``warmup_s + judged_s`` seconds (6 s by default, 360 frames) as a 60 Hz display would: for
 each frame the timers due by its time fire, then every rAF callback requested before it
 runs with the frame's time as its timestamp, then style and layout are forced, and a
-few microtask turns let the page's promises run before the next frame (its other tasks,
-messages and events, run between chunks). Frames are stepped in chunks of half a second of
-page time inside one ``evaluate`` call each, and every canvas is hashed at the end of each
-chunk, so the page's 6 s cost one round trip per chunk and the frames' own work, not 6 s
-of a busy renderer.
+few microtask turns let the page's promises run before the next frame.
+
+The canvases are not read every frame: a hash costs a raster and a read of every canvas,
+about as much as a busy dashboard's frame. They are hashed at fixed frames
+(:func:`sample_frames`): the end of the warm-up, every second of page time, and every half
+second in the last :data:`LATE_CHANGE_S` of the judged time, the only hashes that decide
+whether the canvas keeps changing (the earlier ones tell when it stopped). At those same
+frames, and only there, the page's other tasks (messages, events) and Chromium's rendering
+get a turn, so they come at the same page times on any machine. The frames run inside
+``evaluate`` calls that return at the first of those frames after
+:data:`CALL_BUDGET_MS` of real time: a cheap page's 6 s take a few round trips, and no
+rendering happens between the frames of a stretch, which a 60 Hz display would have drawn
+(it would cost more than the frames themselves, and nothing a verdict reads depends on it).
 
 Every check about behaviour over time (the loop keeps running, the canvas keeps changing,
 no input is needed) is decided from page time, so it is the same on an idle and on a
 saturated machine. What a frame costs is measured, not inferred from a frame rate:
 
-* Each frame's work (timers, rAF callbacks, forced style and layout) is timed with the real
-  clock inside the page, and each chunk's main-thread CPU time is read from the DevTools
-  ``Performance`` domain in thread ticks (``TaskDuration``, CPU time of the renderer's main
-  thread). The chunk's CPU over its real time is the share of a CPU the page got; each
-  frame's real time times that share is its CPU time, which other processes competing for
-  the cores barely change.
+* Every frame's work (timers, rAF callbacks, forced style and layout) is timed with the real
+  clock inside the page (every frame: the cost is not sampled), and each call's main-thread
+  CPU time is read from the DevTools ``Performance`` domain in thread ticks
+  (``TaskDuration``, CPU time of the renderer's main thread). The call's CPU over its real
+  time is the share of a CPU the page got; each frame's real time times that share is its
+  CPU time, which other processes competing for the cores barely change.
 * Page time inside a frame advances at that same share of real time (the median of the
-  last :data:`RATE_CHUNKS` chunks'), and a frame's cost is the page time it took, so a page
+  last :data:`RATE_CALLS` calls'), and a frame's cost is the page time it took, so a page
   that spins on ``performance.now()`` for 30 ms costs 30 ms, however busy the machine is.
 * A fixed benchmark (script math and canvas arcs, in ``probe.js``), timed in thread CPU time
   in the same renderer before the page is stepped (the fastest of :data:`BENCH_RUNS` runs),
@@ -55,6 +63,8 @@ in real time any more: ``verifier record`` still films the page in real time, fo
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import statistics
 from dataclasses import dataclass
 from functools import cache
@@ -67,27 +77,45 @@ from playwright.async_api import CDPSession, Page
 DISPLAY_HZ = 60
 #: Milliseconds of page time between two frames.
 FRAME_MS = 1000 / DISPLAY_HZ
-#: Frames stepped per ``evaluate`` call; the canvases are hashed after each chunk.
-CHUNK_FRAMES = 30
+#: The canvases are hashed every this many frames (a second of page time) from the end of
+#: the warm-up, ...
+SAMPLE_FRAMES = 60
+#: ... and every this many (half a second) in the last :data:`LATE_CHANGE_S` of the judged
+#: time, where some canvas must be seen to change: only those hashes decide a verdict, the
+#: earlier ones only tell when a canvas stopped changing. A hash costs a raster and a read
+#: of every canvas, about as much as a frame of a busy dashboard.
+LATE_SAMPLE_FRAMES = 30
+#: Some canvas must change between two hashes taken within this many last seconds of the
+#: judged time (long enough for a dashboard that redraws its figures once a second).
+LATE_CHANGE_S = 1.0
+#: Real milliseconds after which one ``evaluate`` call stops stepping frames and returns,
+#: at the next hash: a cheap page's 6 s take a few calls, a slow page's one per hash.
+CALL_BUDGET_MS = 250.0
 #: Timed runs of the benchmark per page; the fastest is this machine's ``bench_ms``.
 BENCH_RUNS = 3
 #: Untimed runs of the benchmark first, so that its code is fully optimised when timed.
 BENCH_WARMUP_RUNS = 6
-#: The page's clock runs at the median CPU share of this many last chunks.
-RATE_CHUNKS = 3
+#: The page's clock runs at the median CPU share of this many last calls.
+RATE_CALLS = 3
 #: CPU milliseconds one benchmark run takes on the reference machine (see the module): on
 #: the 2-core CI machine it measured 3.6-4.3 ms on one core and 6.0-6.5 ms on the other
 #: (a shared host), so the reference is a machine a little slower than its fast core.
 REFERENCE_BENCH_MS = 5.0
-#: Longest real time one chunk may take before the page counts as unresponsive.
-CHUNK_TIMEOUT_S = 10.0
-#: The CPU share of a chunk is clamped to at least this (a measurement artefact below it).
+#: Longest real time one call into the page may take before the page counts as
+#: unresponsive.
+CALL_TIMEOUT_S = 10.0
+#: A page counts as unresponsive when :data:`SLOW_FRAMES` of its frames take longer than
+#: :data:`SLOW_FRAMES_TIMEOUT_S` of real time (in one stretch between two hashes, or on
+#: average over the whole stepping): it is stepped, but far too slowly to finish.
+SLOW_FRAMES = 30
+#: See :data:`SLOW_FRAMES`.
+SLOW_FRAMES_TIMEOUT_S = 10.0
+#: The CPU share of a call is clamped to at least this (a measurement artefact below it).
 MIN_CPU_SHARE = 0.05
 
 
 _STEP_CALL = "(args) => window.{g}.step(...args)"
 _BENCH_CALL = "(runs) => window.{g}.bench(runs)"
-_SAMPLE_CALL = "() => window.{g}.sample()"
 _SUMMARY_CALL = "() => window.{g}.summary()"
 
 
@@ -107,8 +135,8 @@ class Stepped:
         warmup_frames: How many of the first frames are the warm-up.
         ran: The page's rAF callbacks that ran in each frame.
         cost_ms: Each frame's CPU milliseconds on this machine.
-        keys: (page ms, canvas key) before the first frame and after each chunk; the key is
-            None without a canvas to watch.
+        keys: (page ms, canvas key) after each frame of :func:`sample_frames` (page ms -1:
+            before the first frame); the key is None without a canvas to watch.
         judged_draws: Canvas draw calls after the warm-up.
         bench_ms: CPU milliseconds of one benchmark run on this machine.
         cpu_share: Median share of a CPU the page's thread got while stepped.
@@ -131,23 +159,35 @@ class Stepped:
         return REFERENCE_BENCH_MS / self.bench_ms if self.bench_ms > 0 else 1.0
 
 
-def chunks(*, warmup_frames: int, total_frames: int) -> list[int]:
-    """Frames per ``evaluate`` call: the warm-up alone, then chunks of :data:`CHUNK_FRAMES`."""
-    sizes = [warmup_frames] if warmup_frames else []
-    left = total_frames - warmup_frames
-    while left > 0:
-        sizes.append(min(CHUNK_FRAMES, left))
-        left -= sizes[-1]
-    return sizes
+def sample_frames(*, warmup_frames: int, total_frames: int) -> list[int]:
+    """After which frames (counted from 1; 0 is before the first) the canvases are hashed.
+
+    The end of the warm-up (or, without one, before the first frame), then every
+    :data:`SAMPLE_FRAMES` frames, then every :data:`LATE_SAMPLE_FRAMES` frames from
+    :data:`LATE_CHANGE_S` before the end, and the last frame.
+    """
+    late_from = max(warmup_frames, total_frames - round(LATE_CHANGE_S * DISPLAY_HZ))
+    at = {warmup_frames, total_frames}
+    at.update(range(warmup_frames + SAMPLE_FRAMES, late_from, SAMPLE_FRAMES))
+    at.update(range(late_from, total_frames, LATE_SAMPLE_FRAMES))
+    return sorted(at)
+
+
+def step_limit_s(*, total_frames: int) -> float:
+    """Longest real time the frames of :func:`step_page` may take altogether."""
+    return math.ceil(total_frames / SLOW_FRAMES) * SLOW_FRAMES_TIMEOUT_S
 
 
 def step_budget_s(*, warmup_s: float, judged_s: float) -> float:
-    """Longest real time :func:`step_page` can take before one of its calls times out."""
-    warmup = round(warmup_s * DISPLAY_HZ)
-    calls = 2 * len(
-        chunks(warmup_frames=warmup, total_frames=warmup + round(judged_s * DISPLAY_HZ))
+    """Longest real time :func:`step_page` can take before one of its limits is reached."""
+    total = round(warmup_s * DISPLAY_HZ) + round(judged_s * DISPLAY_HZ)
+    # The benchmark's calls, Performance.enable and the summary, then the frames, and the
+    # last step call, which may run past their limit.
+    calls = 2 * BENCH_RUNS + 4
+    last_call_s = CALL_BUDGET_MS / 1000 + SLOW_FRAMES_TIMEOUT_S * math.ceil(
+        SAMPLE_FRAMES / SLOW_FRAMES
     )
-    return (calls + BENCH_RUNS + 3) * CHUNK_TIMEOUT_S
+    return calls * CALL_TIMEOUT_S + step_limit_s(total_frames=total) + last_call_s
 
 
 async def _task_s(cdp: CDPSession) -> float:
@@ -173,22 +213,30 @@ async def step_page(
         Every frame's callbacks and CPU cost, and the canvas keys.
 
     Raises:
-        TimeoutError: One chunk took longer than :data:`CHUNK_TIMEOUT_S` (a hung page).
+        TimeoutError: A call took longer than its timeout (:data:`SLOW_FRAMES`), or the
+            frames took longer than :func:`step_limit_s` altogether (a hung page).
         playwright.async_api.Error: The page crashed or navigated, or Chromium failed.
     """
     await _timed(cdp.send("Performance.enable", {"timeDomain": "threadTicks"}))
     bench_ms = await _bench_ms(page, cdp, probe)
-    keys: list[tuple[float, str | None]] = [(-1.0, await _sample(page, probe))]
     warmup = round(warmup_s * DISPLAY_HZ)
     total = warmup + round(judged_s * DISPLAY_HZ)
+    sample_at = sample_frames(warmup_frames=warmup, total_frames=total)
+    keys: list[tuple[float, str | None]] = []
     ran: list[int] = []
     cost_ms: list[float] = []
     shares: list[float] = []
     first_at_ms, judged_draws, rate = -1.0, 0, 1.0
     document_id, leaving = None, False
+    deadline = asyncio.get_running_loop().time() + step_limit_s(total_frames=total)
     before = await _task_s(cdp)
-    for size in chunks(warmup_frames=warmup, total_frames=total):
-        raw = await _timed(page.evaluate(_STEP_CALL.format(g=probe), [size, rate]))
+    while len(ran) < total:
+        # A call never straddles the end of the warm-up, so its draws are judged or not.
+        size = (warmup if len(ran) < warmup else total) - len(ran)
+        raw = await _timed(
+            page.evaluate(_STEP_CALL.format(g=probe), [size, rate, CALL_BUDGET_MS, sample_at]),
+            timeout_s=_step_timeout_s(sample_at, stepped=len(ran), until=len(ran) + size),
+        )
         # A navigation the page started commits between two calls: the next call would
         # step the new document, so the old one's leaving ends the stepping.
         document_id = document_id or raw["documentId"]
@@ -203,14 +251,16 @@ async def step_page(
         # costs the CPU it got.
         cost_ms.extend(float(c) * rate for c in raw["costs"])
         shares.append(min(1.0, max(MIN_CPU_SHARE, spent_ms / wall_ms if wall_ms > 0 else 1.0)))
-        rate = statistics.median(shares[-RATE_CHUNKS:])
+        rate = statistics.median(shares[-RATE_CALLS:])
         if first_at_ms < 0:
-            first_at_ms = float(raw["atMs"]) - (size - 1) * FRAME_MS
-        ran.extend(int(n) for n in raw["ran"])
-        if len(ran) > warmup:
+            first_at_ms = float(raw["atMs"]) - (len(raw["ran"]) - 1) * FRAME_MS
+        if len(ran) >= warmup:
             judged_draws += int(raw["draws"])
-        keys.append((float(raw["atMs"]), raw["key"]))
-    summary = await page.evaluate(_SUMMARY_CALL.format(g=probe))
+        ran.extend(int(n) for n in raw["ran"])
+        keys.extend((float(at_ms), None if key is None else str(key)) for at_ms, key in raw["keys"])
+        if len(ran) < total and asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"only {len(ran)} of {total} frames stepped in time")
+    summary = await _timed(page.evaluate(_SUMMARY_CALL.format(g=probe)))
     summary["leaving"] = leaving or summary.get("leaving", False)
     return Stepped(
         first_at_ms=max(first_at_ms, 0.0),
@@ -230,18 +280,22 @@ async def _bench_ms(page: Page, cdp: CDPSession, probe: str) -> float:
     timed in thread CPU time, after :data:`BENCH_WARMUP_RUNS` untimed ones."""
     call = _BENCH_CALL.format(g=probe)
     await _timed(page.evaluate(call, BENCH_WARMUP_RUNS))
-    best = float("inf")
+    best, before = float("inf"), await _task_s(cdp)
     for _ in range(BENCH_RUNS):
-        before = await _task_s(cdp)
         await _timed(page.evaluate(call, 1))
-        best = min(best, (await _task_s(cdp) - before) * 1000)
+        after = await _task_s(cdp)
+        best, before = min(best, (after - before) * 1000), after
     return best
 
 
-async def _sample(page: Page, probe: str) -> str | None:
-    key = await _timed(page.evaluate(_SAMPLE_CALL.format(g=probe)))
-    return str(key) if key is not None else None
+def _step_timeout_s(sample_at: list[int], *, stepped: int, until: int) -> float:
+    """Longest real time a step call may take: its budget, then up to the next hash, at
+    :data:`SLOW_FRAMES_TIMEOUT_S` for every :data:`SLOW_FRAMES` frames of the longest
+    stretch between two hashes it may step."""
+    ends = [at for at in sample_at if stepped < at <= until] or [until]
+    gaps = [b - a for a, b in itertools.pairwise([stepped, *ends])]
+    return CALL_BUDGET_MS / 1000 + SLOW_FRAMES_TIMEOUT_S * math.ceil(max(gaps) / SLOW_FRAMES)
 
 
-async def _timed(call: Any) -> Any:
-    return await asyncio.wait_for(call, timeout=CHUNK_TIMEOUT_S)
+async def _timed(call: Any, *, timeout_s: float = CALL_TIMEOUT_S) -> Any:
+    return await asyncio.wait_for(call, timeout=timeout_s)

@@ -7,13 +7,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from verifier.chromium.clock import FRAME_MS, Stepped
+from verifier.chromium.clock import FRAME_MS, LATE_CHANGE_S, Stepped
 
 #: Seconds of page time at the end of the judged time in which the page's loop must run.
 LATE_WINDOW_S = 0.5
-#: Some canvas must change between two hashes taken within this many last seconds (long
-#: enough for a dashboard that redraws its figures once a second).
-LATE_CHANGE_S = 1.0
 #: Percentile of the judged frames' costs that must fit a frame.
 COST_PERCENTILE = 95
 

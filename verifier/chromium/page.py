@@ -11,6 +11,7 @@ fault.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import time
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from playwright.async_api import Browser as PlaywrightBrowser
-from playwright.async_api import ConsoleMessage, Page, Route, ViewportSize
+from playwright.async_api import CDPSession, ConsoleMessage, Page, Route, ViewportSize
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
@@ -223,12 +224,13 @@ async def measure_page(
         page.on("pageerror", seen.on_page_error)
         page.on("crash", seen.on_crash)
         context.on("page", lambda popup: _close_popup(popup, main=page, seen=seen))
+        cdp = await context.new_cdp_session(page)
         stepped = await _run_probe(
-            page, seen, warmup_s=warmup_s, measure_s=measure_s, is_alive=is_alive
+            page, cdp, seen, warmup_s=warmup_s, measure_s=measure_s, is_alive=is_alive
         )
         png = None
         if not seen.crashed and not seen.hung:
-            png = await _screenshot(page, seen, is_alive=is_alive)
+            png = await _screenshot(page, cdp, seen, is_alive=is_alive)
     finally:
         with contextlib.suppress(PlaywrightError, TimeoutError):
             await asyncio.wait_for(context.close(), timeout=LOAD_TIMEOUT_S)
@@ -237,6 +239,7 @@ async def measure_page(
 
 async def _run_probe(
     page: Page,
+    cdp: CDPSession,
     seen: _Observations,
     *,
     warmup_s: float,
@@ -246,7 +249,6 @@ async def _run_probe(
     try:
         await page.goto(ARTIFACT_URL, wait_until="load", timeout=LOAD_TIMEOUT_S * 1000)
         logger.debug("loaded artifact (%d bytes)", len(seen.html))
-        cdp = await page.context.new_cdp_session(page)
         stepped = await step_page(
             page, cdp, probe=PROBE_GLOBAL, warmup_s=warmup_s, judged_s=measure_s
         )
@@ -260,10 +262,10 @@ async def _run_probe(
 
 
 async def _screenshot(
-    page: Page, seen: _Observations, *, is_alive: Callable[[], bool]
+    page: Page, cdp: CDPSession, seen: _Observations, *, is_alive: Callable[[], bool]
 ) -> bytes | None:
     try:
-        return await _png(page)
+        return await (_png_playwright(page) if seen.navigated else _png(cdp))
     except (PlaywrightError, TimeoutError) as exc:
         if not seen.navigated:
             _blame_page(exc, seen, is_alive=is_alive)
@@ -275,7 +277,7 @@ async def _screenshot(
     # capture screenshot"): the document it asked for gets its load, and one more try.
     try:
         await page.wait_for_load_state("load", timeout=LOAD_TIMEOUT_S * 1000)
-        return await _png(page)
+        return await _png_playwright(page)
     except (PlaywrightError, TimeoutError) as exc:
         if not is_alive():
             raise
@@ -284,8 +286,20 @@ async def _screenshot(
         return None
 
 
-async def _png(page: Page) -> bytes:
+async def _png_playwright(page: Page) -> bytes:
+    """A PNG of the viewport through Playwright, which waits for a navigating page's new
+    document to show a frame first."""
     return await page.screenshot(type="png", timeout=SCREENSHOT_TIMEOUT_S * 1000)
+
+
+async def _png(cdp: CDPSession) -> bytes:
+    """A PNG of the viewport, encoded for speed: Chromium's default compression costs
+    about three times the CPU of the whole capture, for a file about 30% smaller."""
+    shot = await asyncio.wait_for(
+        cdp.send("Page.captureScreenshot", {"format": "png", "optimizeForSpeed": True}),
+        timeout=SCREENSHOT_TIMEOUT_S,
+    )
+    return base64.b64decode(shot["data"])
 
 
 def _blame_page(exc: Exception, seen: _Observations, *, is_alive: Callable[[], bool]) -> None:

@@ -14,7 +14,7 @@
   const getImageData = C2D.getImageData;
   const stringify = JSON.stringify;
   const addListener = EventTarget.prototype.addEventListener;
-  const rec = { draws: 0, nextAt: null };
+  const rec = { draws: 0, nextAt: null, stepped: 0 };
   const log = { ctx2d: 0, opens: [], sockets: [], inputs: 0, listens: new Set(), leaving: false };
   // A navigation the page starts (a reload, a link) commits only after the stepping task
   // that fired it has ended; beforeunload tells at once that this document is leaving.
@@ -93,17 +93,33 @@
     clearRect.call(ctx, 0, 0, c.width, c.height);
     restore.call(ctx);
   };
+  // A frame hides its canvas's earlier frames with its first clear or fill; the many fills
+  // after it are bars and cells, and reading the context's state for each would cost the
+  // page about as much again as the fills themselves. So only the first few clears and
+  // fills of each canvas in each frame are looked at (the rest are drawn as they are).
+  const LOOKED_AT_PER_FRAME = 2;
+  const lookedAt = new WeakMap();
+  const firstInFrame = (ctx) => {
+    let seen = lookedAt.get(ctx);
+    if (seen === undefined || seen.frame !== rec.stepped) {
+      seen = { frame: rec.stepped, count: 0 };
+      lookedAt.set(ctx, seen);
+    }
+    return seen.count++ < LOOKED_AT_PER_FRAME;
+  };
   C2D.clearRect = function (x, y, w, h) {
-    widen(this, x, y, w, h);
+    if (firstInFrame(this)) widen(this, x, y, w, h);
     return clearRect.call(this, x, y, w, h);
   };
   const fillRect = C2D.fillRect;
   C2D.fillRect = function (x, y, w, h) {
-    // Only an opaque plain colour hides what was there (a canvas gives it as #rrggbb).
-    const style = this.fillStyle;
-    if (typeof style === "string" && style[0] === "#" && this.globalAlpha === 1 &&
-        this.globalCompositeOperation === "source-over" && (this.filter || "none") === "none") {
-      widen(this, x, y, w, h);
+    if (firstInFrame(this)) {
+      // Only an opaque plain colour hides what was there (a canvas gives it as #rrggbb).
+      const style = this.fillStyle;
+      if (typeof style === "string" && style[0] === "#" && this.globalAlpha === 1 &&
+          this.globalCompositeOperation === "source-over" && (this.filter || "none") === "none") {
+        widen(this, x, y, w, h);
+      }
     }
     return fillRect.call(this, x, y, w, h);
   };
@@ -177,19 +193,37 @@
   };
 
   // Between two frames the page's promise callbacks run (a few microtask turns, enough
-  // for an async loop's awaits); its other tasks (messages, events) run between chunks.
+  // for an async loop's awaits); its other tasks (messages, events) run where the canvases
+  // are hashed.
   const settle = async () => {
     for (let i = 0; i < SETTLE_TURNS; i++) await null;
   };
+  // One turn of the page's task queue, through a channel of the probe's own (a message is
+  // not clamped as nested timers are, and the page cannot reach this port).
+  const channel = new MessageChannel();
+  const postMessage = MessagePort.prototype.postMessage;
+  const NativePromise = Promise;
+  const yielded = [];
+  channel.port1.onmessage = () => yielded.shift()();
+  const yieldTask = () => new NativePromise((resolve) => {
+    yielded.push(resolve);
+    postMessage.call(channel.port2, null);
+  });
 
-  // Step `count` frames of page time at 60 Hz. Page time inside a frame runs at `rate`
-  // page ms per real ms (see clock.js). For every frame: the real milliseconds its
-  // timers, rAF callbacks and forced style and layout took, and how many of the page's
-  // rAF callbacks ran, and the canvases' hash after the last frame.
-  const step = async (count, rate) => {
+  // Step up to `count` frames of page time at 60 Hz. Page time inside a frame runs at
+  // `rate` page ms per real ms (see clock.js). For every frame: the real milliseconds its
+  // timers, rAF callbacks and forced style and layout took, and how many of the page's rAF
+  // callbacks ran. The canvases are hashed after each frame whose number (counting every
+  // frame stepped so far, from 1; 0 is before the first) is in `sampleAt`, and the page's
+  // other tasks (messages, events, and the rendering) get a turn; there the call returns
+  // early once `budgetMs` real milliseconds have passed, so that one call steps many frames
+  // of a cheap page and few of a slow one.
+  const step = async (count, rate, budgetMs, sampleAt) => {
     clock.setRate(rate);
+    const keys = [];
     if (rec.nextAt === null) {
       rec.nextAt = Math.ceil(clock.pageNow() / clock.FRAME_MS + 1e-6) * clock.FRAME_MS;
+      if (sampleAt.includes(0)) keys.push([-1, sample()]);
     }
     rec.draws = 0;
     const costs = [], ran = [], started = realNow();
@@ -204,9 +238,17 @@
       if (document.documentElement) rect.call(document.documentElement);
       costs.push(realNow() - t0);
       await settle();
+      rec.stepped++;
+      if (sampleAt.includes(rec.stepped)) {
+        keys.push([at, sample()]);
+        await yieldTask();
+        // Only here: the page's tasks and rendering then come at the same page times
+        // however fast this machine steps it.
+        if (realNow() - started >= budgetMs) break;
+      }
+      if (log.leaving) break;
     }
-    const key = sample();
-    return { costs, ran, atMs: at, wallMs: realNow() - started, draws: rec.draws, key,
+    return { costs, ran, atMs: at, wallMs: realNow() - started, draws: rec.draws, keys,
              documentId, leaving: log.leaving };
   };
 

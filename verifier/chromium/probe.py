@@ -15,18 +15,20 @@ originals so the artifact cannot disturb the measurement by replacing them later
 * ``clearRect``/``fillRect`` that cover the whole canvas but for a fraction of a pixel
   (a clear in CSS pixels): widened to the exact canvas, so Chromium drops the drawing of the
   frames they hide instead of rasterising every stepped frame (``save``/``restore``/``clip``
-  are tracked to leave clipped clears alone);
+  are tracked to leave clipped clears alone; only a canvas's first two clears or fills of
+  each frame are looked at, so that the many fills of a chart cost no more than they do);
 * trusted input events (:data:`INPUT_EVENTS`): stopped in the capture phase on ``window``
   before any handler of the page sees them, and counted, so no pointer or key can start or
   drive the page (headless Chromium moves its pointer to (0,0) just after load); the input
   events the page listens for are recorded.
 
-``window.__swarmProbe`` offers ``step(count, rate)``, which steps ``count`` frames of
-page time and returns each frame's real cost and how many of the page's rAF callbacks ran,
-hashing every canvas of at least 16x16 pixels afterwards; ``bench(runs)``, a fixed piece of
-work whose CPU time calibrates frame costs; ``sample()``, the canvases' hash now; and
-``summary()``, what the page did besides frames (contexts, canvas size, input, popups,
-sockets).
+``window.__swarmProbe`` offers ``step(count, rate, budgetMs, sampleAt)``, which steps up
+to ``count`` frames of page time and returns each frame's real cost and how many of the
+page's rAF callbacks ran, hashing every canvas of at least 16x16 pixels after the frames
+named in ``sampleAt`` (and letting the page's other tasks run there); ``bench(runs)``, a
+fixed piece of work whose CPU time calibrates frame costs; ``sample()``, the canvases' hash
+now; and ``summary()``, what the page did besides frames (contexts, canvas size, input,
+popups, sockets).
 
 The scripts are ``clock.js`` and ``probe.js``, next to this module, so JavaScript tools can
 check them. Their ``__NAME__`` markers (``__GLOBAL__``, ``__CLOCK__``, ``__DRAWS__``,
