@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.selectable import CTE
 
+from worker.store.blobs import Blob, add_blobs, blob_of, note_stored, sha256_of
 from worker.store.tables import artifact_versions as versions
-from worker.store.tables import artifacts, plans
+from worker.store.tables import artifacts, blobs, plans
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,12 @@ _GET_ARTIFACT = (
         artifacts.c.id,
         artifacts.c.name,
         artifacts.c.version,
-        artifacts.c.content,
+        artifacts.c.sha256,
+        blobs.c.content,
         artifacts.c.deleted_at,
         versions.c.id.label("version_id"),
     )
+    .join(blobs, blobs.c.sha256 == artifacts.c.sha256)
     .outerjoin(
         versions,
         (versions.c.artifact_id == artifacts.c.id) & (versions.c.version == artifacts.c.version),
@@ -64,7 +69,7 @@ _SWAP_ARTIFACT = (
     )
     .values(
         version=artifacts.c.version + 1,
-        content=bindparam("b_content", type_=artifacts.c.content.type),
+        sha256=bindparam("b_sha256", type_=artifacts.c.sha256.type),
         size_bytes=bindparam("b_size", type_=artifacts.c.size_bytes.type),
         updated_at=bindparam("b_now", type_=artifacts.c.updated_at.type),
         deleted_at=None,
@@ -72,26 +77,62 @@ _SWAP_ARTIFACT = (
     .returning(artifacts.c.id)
 )
 _ADD_VERSION = insert(versions)
-_SWAPPED = _SWAP_ARTIFACT.returning(
-    artifacts.c.version, artifacts.c.content, artifacts.c.size_bytes, artifacts.c.updated_at
-).cte("swapped")
-#: The swap and its version row in one statement (PostgreSQL): the page is sent once.
-_SWAP_AND_KEEP = (
-    insert(versions)
-    .from_select(
-        ["artifact_id", "version", "turn_no", "content", "sha256", "size_bytes", "created_at"],
-        select(
-            _SWAPPED.c.id,
-            _SWAPPED.c.version,
-            bindparam("b_turn_no", type_=versions.c.turn_no.type),
-            _SWAPPED.c.content,
-            bindparam("b_sha256", type_=versions.c.sha256.type),
-            _SWAPPED.c.size_bytes,
-            _SWAPPED.c.updated_at,
-        ),
+_VERSION_COLUMNS = ["artifact_id", "version", "turn_no", "sha256", "size_bytes", "created_at"]
+#: PostgreSQL: the page, unless it is stored already.
+_PAGE_ADDED = (
+    postgresql.insert(blobs)
+    .values(
+        sha256=bindparam("b_sha256", type_=blobs.c.sha256.type),
+        content=bindparam("b_content", type_=blobs.c.content.type),
+        size_bytes=bindparam("b_size", type_=blobs.c.size_bytes.type),
     )
-    .add_cte(_SWAPPED)
-    .returning(versions.c.version)
+    .on_conflict_do_nothing()
+    .cte("page_added")
+)
+
+
+def _keep(written: CTE) -> Insert:
+    """The version row of the artifact row ``written`` returns, after its page (PostgreSQL)."""
+    return (
+        insert(versions)
+        .from_select(
+            _VERSION_COLUMNS,
+            select(
+                written.c.id,
+                written.c.version,
+                bindparam("b_turn_no", type_=versions.c.turn_no.type),
+                written.c.sha256,
+                written.c.size_bytes,
+                written.c.updated_at,
+            ),
+        )
+        .add_cte(_PAGE_ADDED, written)
+        .returning(versions.c.version)
+    )
+
+
+_WRITTEN_COLUMNS = (
+    artifacts.c.version,
+    artifacts.c.sha256,
+    artifacts.c.size_bytes,
+    artifacts.c.updated_at,
+)
+#: The page, the swap and its version row in one statement (PostgreSQL): the page is sent
+#: once, and stored once however many versions and sessions hold it.
+_SWAP_AND_KEEP = _keep(_SWAP_ARTIFACT.returning(*_WRITTEN_COLUMNS).cte("swapped"))
+#: The page, a new artifact and its first version in one statement (PostgreSQL).
+_CREATE_AND_KEEP = _keep(
+    insert(artifacts)
+    .values(
+        session_id=bindparam("b_session_id", type_=artifacts.c.session_id.type),
+        name=bindparam("b_name", type_=artifacts.c.name.type),
+        version=1,
+        sha256=bindparam("b_sha256", type_=artifacts.c.sha256.type),
+        size_bytes=bindparam("b_size", type_=artifacts.c.size_bytes.type),
+        updated_at=bindparam("b_now", type_=artifacts.c.updated_at.type),
+    )
+    .returning(artifacts.c.id, *_WRITTEN_COLUMNS)
+    .cte("created")
 )
 
 
@@ -100,6 +141,8 @@ def get_artifact(conn: Connection, *, session_id: int, name: str) -> ArtifactSta
     row = conn.execute(_GET_ARTIFACT, {"b_session_id": session_id, "b_name": name}).first()
     if row is None:
         return None
+    # A call that reads the page may log it (a ``get``): the commit need not send it again.
+    note_stored(conn, [row.sha256])
     return ArtifactState(
         row.id, row.name, row.version, row.content, row.deleted_at is not None, row.version_id
     )
@@ -108,7 +151,8 @@ def get_artifact(conn: Connection, *, session_id: int, name: str) -> ArtifactSta
 def live_files(conn: Connection, *, session_id: int) -> dict[str, str]:
     """The session's live artifacts, by name."""
     rows = conn.execute(
-        select(artifacts.c.name, artifacts.c.content)
+        select(artifacts.c.name, blobs.c.content)
+        .join(blobs, blobs.c.sha256 == artifacts.c.sha256)
         .where(artifacts.c.session_id == session_id, artifacts.c.deleted_at.is_(None))
         .order_by(artifacts.c.name)
     ).all()
@@ -122,21 +166,29 @@ START_TURN = -1
 def seed_files(
     conn: Connection, *, session_ids: list[int], files: list[dict[str, str]], now: datetime
 ) -> None:
-    """Give each session its starting files as version 0 (``files[i]`` for ``session_ids[i]``)."""
-    rows: list[dict[str, Any]] = [
-        {
-            "session_id": session_id,
-            "name": name,
-            "version": 0,
-            "content": content,
-            "size_bytes": len(content.encode()),
-            "updated_at": now,
-        }
-        for session_id, start in zip(session_ids, files, strict=True)
-        for name, content in start.items()
-    ]
+    """Give each session its starting files as version 0 (``files[i]`` for ``session_ids[i]``).
+
+    Sessions that start with the same file share its one stored copy.
+    """
+    stored: dict[str, Blob] = {}
+    rows: list[dict[str, Any]] = []
+    for session_id, start in zip(session_ids, files, strict=True):
+        for name, content in start.items():
+            blob = stored.get(content) or blob_of(content)
+            stored[content] = blob
+            rows.append(
+                {
+                    "session_id": session_id,
+                    "name": name,
+                    "version": 0,
+                    "sha256": blob.sha256,
+                    "size_bytes": blob.size_bytes,
+                    "updated_at": now,
+                }
+            )
     if not rows:
         return
+    add_blobs(conn, stored.values())
     ids = conn.execute(
         insert(artifacts).returning(artifacts.c.id, sort_by_parameter_order=True), rows
     ).scalars()
@@ -147,8 +199,7 @@ def seed_files(
                 "artifact_id": artifact_id,
                 "version": 0,
                 "turn_no": START_TURN,
-                "content": row["content"],
-                "sha256": _sha256(row["content"]),
+                "sha256": row["sha256"],
                 "size_bytes": row["size_bytes"],
                 "created_at": now,
             }
@@ -181,8 +232,30 @@ def write_artifact(
 ) -> int | None:
     """Write a new version by compare-and-swap; create when ``expected_version`` is None.
 
+    The content is stored once (:mod:`worker.store.blobs`); the artifact and its version
+    row hold its SHA-256.
+
     Returns the new version number, or None when the CAS lost (the version moved on).
     """
+    sha256 = sha256_of(content)
+    params = {
+        "b_session_id": session_id,
+        "b_name": name,
+        "b_sha256": sha256,
+        "b_size": size_bytes,
+        "b_now": now,
+    }
+    if conn.dialect.name == "postgresql":
+        params |= {"b_turn_no": turn_no, "b_content": content}
+        if expected_version is None:
+            created = int(conn.execute(_CREATE_AND_KEEP, params).scalar_one())
+            note_stored(conn, [sha256])
+            return created
+        swapped = conn.execute(_SWAP_AND_KEEP, params | {"b_expected": expected_version}).scalar()
+        # The page was stored even if the swap lost: the commit of the call need not send it.
+        note_stored(conn, [sha256])
+        return swapped
+    add_blobs(conn, [Blob(sha256, content, size_bytes)])
     if expected_version is None:
         result = conn.execute(
             insert(artifacts)
@@ -190,7 +263,7 @@ def write_artifact(
                 session_id=session_id,
                 name=name,
                 version=1,
-                content=content,
+                sha256=sha256,
                 size_bytes=size_bytes,
                 updated_at=now,
             )
@@ -198,18 +271,7 @@ def write_artifact(
         )
         artifact_id, version = result.scalar_one(), 1
     else:
-        swap = {
-            "b_session_id": session_id,
-            "b_name": name,
-            "b_expected": expected_version,
-            "b_content": content,
-            "b_size": size_bytes,
-            "b_now": now,
-        }
-        if conn.dialect.name == "postgresql":
-            swap |= {"b_turn_no": turn_no, "b_sha256": _sha256(content)}
-            return conn.execute(_SWAP_AND_KEEP, swap).scalar()
-        row = conn.execute(_SWAP_ARTIFACT, swap).first()
+        row = conn.execute(_SWAP_ARTIFACT, params | {"b_expected": expected_version}).first()
         if row is None:
             return None
         artifact_id, version = row.id, expected_version + 1
@@ -219,17 +281,12 @@ def write_artifact(
             "artifact_id": artifact_id,
             "version": version,
             "turn_no": turn_no,
-            "content": content,
-            "sha256": _sha256(content),
+            "sha256": sha256,
             "size_bytes": size_bytes,
             "created_at": now,
         },
     )
     return version
-
-
-def _sha256(content: str) -> str:
-    return hashlib.sha256(content.encode()).hexdigest()
 
 
 def mark_deleted(

@@ -14,8 +14,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import NoResultFound
 
 from worker.errors import InputError
+from worker.store.blobs import restore_all
 from worker.store.sessions import SessionView, load_session
-from worker.store.tables import artifact_versions, artifacts, events, verifications
+from worker.store.tables import artifact_versions, artifacts, blobs, events, verifications
 
 
 @dataclass(frozen=True)
@@ -52,23 +53,31 @@ def find_session(conn: Connection, *, session_id: int) -> SessionView:
 
 
 def session_log(conn: Connection, *, session_id: int) -> list[LoggedEvent]:
-    """The session's events in log order."""
+    """The session's events in log order, their payloads whole."""
     rows = conn.execute(
-        select(events.c.turn_no, events.c.seq, events.c.kind, events.c.payload)
+        select(events.c.turn_no, events.c.seq, events.c.kind, events.c.payload, events.c.blobs)
         .where(events.c.session_id == session_id)
         .order_by(events.c.turn_no, events.c.seq)
     ).all()
-    return [LoggedEvent(r.turn_no, r.seq, r.kind, r.payload) for r in rows]
+    payloads = restore_all(conn, [(r.payload, r.blobs) for r in rows])
+    return [
+        LoggedEvent(r.turn_no, r.seq, r.kind, payload)
+        for r, payload in zip(rows, payloads, strict=True)
+    ]
 
 
 #: Artifact versions with their artifact's name, as :class:`RecordedVersion` reads them.
-_VERSIONS = select(
-    artifacts.c.name,
-    artifact_versions.c.version,
-    artifact_versions.c.turn_no,
-    artifact_versions.c.content,
-    artifact_versions.c.sha256,
-).join(artifacts, artifacts.c.id == artifact_versions.c.artifact_id)
+_VERSIONS = (
+    select(
+        artifacts.c.name,
+        artifact_versions.c.version,
+        artifact_versions.c.turn_no,
+        blobs.c.content,
+        artifact_versions.c.sha256,
+    )
+    .join(artifacts, artifacts.c.id == artifact_versions.c.artifact_id)
+    .join(blobs, blobs.c.sha256 == artifact_versions.c.sha256)
+)
 
 
 def artifact_history(conn: Connection, *, session_id: int) -> list[RecordedVersion]:

@@ -29,9 +29,11 @@ from worker.reads.conversation import (
     VersionDiff,
     build_turns,
 )
+from worker.store.blobs import restore_all
 from worker.store.tables import (
     artifact_versions,
     artifacts,
+    blobs,
     events,
     runs,
     sessions,
@@ -197,10 +199,11 @@ def session_transcript(conn: Connection, *, session_id: int) -> Transcript:
 
 def _recorded(conn: Connection, session_id: int) -> Recorded:
     log = conn.execute(
-        select(events.c.turn_no, events.c.seq, events.c.kind, events.c.payload)
+        select(events.c.turn_no, events.c.seq, events.c.kind, events.c.payload, events.c.blobs)
         .where(events.c.session_id == session_id)
         .order_by(events.c.turn_no, events.c.seq)
     ).all()
+    payloads = restore_all(conn, [(r.payload, r.blobs) for r in log])
     used = conn.execute(
         select(usage).where(usage.c.session_id == session_id).order_by(usage.c.turn_no)
     ).all()
@@ -210,11 +213,12 @@ def _recorded(conn: Connection, session_id: int) -> Recorded:
             artifacts.c.name,
             artifact_versions.c.version,
             artifact_versions.c.turn_no,
-            artifact_versions.c.content,
+            blobs.c.content,
             artifact_versions.c.sha256,
             artifact_versions.c.size_bytes,
         )
         .join(artifacts, artifacts.c.id == artifact_versions.c.artifact_id)
+        .join(blobs, blobs.c.sha256 == artifact_versions.c.sha256)
         .where(artifacts.c.session_id == session_id)
         .order_by(artifacts.c.name, artifact_versions.c.version)
     ).all()
@@ -236,7 +240,7 @@ def _recorded(conn: Connection, session_id: int) -> Recorded:
         .order_by(v.c.round)
     ).all()
     return Recorded(
-        events=[(r.turn_no, r.kind, r.payload) for r in log],
+        events=[(r.turn_no, r.kind, p) for r, p in zip(log, payloads, strict=True)],
         usage=[dict(r._mapping) for r in used],
         versions=[dict(r._mapping) for r in versions],
         verdicts=[dict(r._mapping) for r in verdicts],

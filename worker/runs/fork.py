@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, insert, update
+from sqlalchemy import delete, update
 from sqlalchemy.engine import Connection
 
 from worker.agent.events import EventKind, Nudge, NudgeReason
@@ -23,6 +23,7 @@ from worker.reads import recorded
 from worker.reads.recorded import LoggedEvent
 from worker.runs.create import create_run
 from worker.runs.replay import compare_versions, reenact, session_task
+from worker.store.sessions import add_logged
 from worker.store.tables import events, runs, sessions
 from worker.tasks.base import Instance
 
@@ -123,7 +124,8 @@ def create_fork(
         {**_row(e), "session_id": fork_id, "created_at": now}
         for e in [*log, *_note(note, log, at_turn)]
     ]
-    conn.execute(insert(events), rows)
+    # The texts the log keeps apart are the origin's rows: the fork's events share them.
+    add_logged(conn, rows)
     done = reenact(
         conn,
         session_id=fork_id,

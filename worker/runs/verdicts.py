@@ -21,6 +21,7 @@ from worker.store import claims, due, endings
 from worker.store.sessions import add_events
 from worker.store.tables import artifact_versions as _versions
 from worker.store.tables import artifacts as _artifacts
+from worker.store.tables import blobs as _blobs
 from worker.store.tables import runs, sessions, verifications
 
 logger = logging.getLogger(__name__)
@@ -85,11 +86,12 @@ def load_handoff(rt: Runtime, *, session_id: int, round_no: int) -> Handoff | No
                 s.c.handoff_version_id,
                 s.c.instance_id,
                 s.c.brief,
-                _versions.c.content,
+                _blobs.c.content,
                 _artifacts.c.name,
                 *_RUN_COLUMNS,
             )
             .join(_versions, _versions.c.id == s.c.handoff_version_id)
+            .join(_blobs, _blobs.c.sha256 == _versions.c.sha256)
             .join(_artifacts, _artifacts.c.id == _versions.c.artifact_id)
             .join(runs, runs.c.id == s.c.run_id)
             .where(
@@ -130,12 +132,13 @@ def handed_off_files(conn: Connection, *, session_id: int) -> dict[str, str]:
     """A waiting session's live files, read through their versions (no turn runs while it
     waits, so the current versions are the ones it handed off)."""
     rows = conn.execute(
-        select(_artifacts.c.name, _versions.c.content)
+        select(_artifacts.c.name, _blobs.c.content)
         .join(
             _versions,
             (_versions.c.artifact_id == _artifacts.c.id)
             & (_versions.c.version == _artifacts.c.version),
         )
+        .join(_blobs, _blobs.c.sha256 == _versions.c.sha256)
         .where(_artifacts.c.session_id == session_id, _artifacts.c.deleted_at.is_(None))
     ).all()
     return {r.name: r.content for r in rows}
@@ -151,11 +154,12 @@ _CLAIM_HANDOFF_PG = (
         _CLAIMED.c.handoff_version_id,
         _CLAIMED.c.instance_id,
         _CLAIMED.c.brief,
-        _versions.c.content,
+        _blobs.c.content,
         _artifacts.c.name,
     )
     .add_columns(*_RUN_COLUMNS)
     .join(_versions, _versions.c.id == _CLAIMED.c.handoff_version_id)
+    .join(_blobs, _blobs.c.sha256 == _versions.c.sha256)
     .join(_artifacts, _artifacts.c.id == _versions.c.artifact_id)
     .join(runs, runs.c.id == _CLAIMED.c.run_id)
 )

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.engine import Connection
 
+from worker.store import blobs
 from worker.store.eventlog import LogMark
 from worker.store.tables import events, runs, sessions, turn_timings, usage
 
@@ -59,7 +60,7 @@ _SESSION = (
     .where(sessions.c.id == bindparam("session_id"))
 )
 _LOG = (
-    select(events.c.kind, events.c.payload, events.c.turn_no, events.c.seq)
+    select(events.c.kind, events.c.payload, events.c.blobs, events.c.turn_no, events.c.seq)
     .where(events.c.session_id == bindparam("session_id"))
     .order_by(events.c.turn_no, events.c.seq)
 )
@@ -88,12 +89,13 @@ def add_events(
     first_seq: int | None = None,
 ) -> None:
     """Append events to a turn, after any already there (from ``first_seq`` when the
-    caller knows it, which saves a query)."""
+    caller knows it, which saves a query); their long strings are stored once
+    (:mod:`worker.store.blobs`)."""
     if not items:
         return
     seq = next_seq(conn, session_id=session_id, turn_no=turn_no) if first_seq is None else first_seq
-    conn.execute(
-        _ADD_EVENTS,
+    add_logged(
+        conn,
         [
             {
                 "session_id": session_id,
@@ -106,6 +108,18 @@ def add_events(
             for i, item in enumerate(items)
         ],
     )
+
+
+def add_logged(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert event rows (their columns, the payload whole), their long strings stored once."""
+    stored: list[blobs.Blob] = []
+    kept = []
+    for row in rows:
+        apart = blobs.set_apart(row["kind"], row["payload"])
+        stored += apart.blobs
+        kept.append({**row, "payload": apart.payload, "blobs": apart.refs})
+    blobs.add_blobs(conn, stored)
+    conn.execute(_ADD_EVENTS, kept)
 
 
 @dataclass(frozen=True)
@@ -147,6 +161,7 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
     """Load a session, its run's settings and its events in log order."""
     row = conn.execute(_SESSION, {"session_id": session_id}).one()
     log = conn.execute(_LOG, {"session_id": session_id}).all()
+    payloads = blobs.restore_all(conn, [(e.payload, e.blobs) for e in log])
     current = [e.seq for e in log if e.turn_no == row.next_turn]
     return SessionView(
         id=row.id,
@@ -163,7 +178,7 @@ def load_session(conn: Connection, *, session_id: int) -> SessionView:
         run_config=row.config,
         run_status=row.run_status,
         run_budget_usd=row.budget_usd,
-        events=[(e.kind, e.payload) for e in log],
+        events=[(e.kind, p) for e, p in zip(log, payloads, strict=True)],
         task_ref=row.task_ref,
         task_version=row.task_version,
         task_sha256=row.task_sha256,

@@ -22,14 +22,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Integer,
-    String,
     Table,
     bindparam,
     cast,
-    column,
     delete,
     exists,
     func,
@@ -41,7 +38,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.selectable import CTE
 
 from worker.states import SessionStatus
-from worker.store import claims, eventlog, reservations
+from worker.store import blobs, claims, eventlog, reservations
 from worker.store.claims import CLAIM_TURN, Claim
 from worker.store.eventlog import LogMark
 from worker.store.sessions import (
@@ -230,11 +227,7 @@ _RUN_ID = bindparam("b_run_id", type_=BigInteger)
 _TURN_NO = bindparam("b_turn_no", type_=Integer)
 #: The turn's events as one JSON parameter, serialised once: an array of text would be
 #: escaped element by element, quote by quote, in Python.
-_EVENT_ROWS = (
-    func.json_to_recordset(bindparam("e_rows", type_=JSON))
-    .table_valued(column("seq", Integer), column("kind", String), column("payload", JSON))
-    .render_derived(name="turn_events", with_types=True)
-)
+_EVENT_ROWS = eventlog.EVENT_ROWS
 _FENCED = _FENCE_TURN.returning(sessions.c.id).cte("fenced")
 #: Each insert reads the fence's result, so it waits for the fence and adds nothing if the
 #: lease moved on: the statement writes all of the turn or none of it.
@@ -264,17 +257,20 @@ _COMMIT_TURN_PG = (
     .add_cte(
         insert(events)
         .from_select(
-            ["session_id", "turn_no", "seq", "kind", "payload", "created_at"],
+            ["session_id", "turn_no", "seq", "kind", "payload", "blobs", "created_at"],
             select(
                 _SESSION_ID,
                 _TURN_NO,
                 _EVENT_ROWS.c.seq,
                 _EVENT_ROWS.c.kind,
                 _EVENT_ROWS.c.payload,
+                _EVENT_ROWS.c.blobs,
                 bindparam("b_created_at", type_=events.c.created_at.type),
             ).where(_IF_FENCED),
         )
         .cte("turn_events_added"),
+        # The texts the events set apart, stored once (:mod:`worker.store.blobs`).
+        blobs.added_cte("x_blobs", where=_IF_FENCED, name="turn_blobs_added"),
         _added(usage, "u_", _USAGE_COLUMNS, "turn_usage_added"),
         _added(turn_timings, "t_", _TIMING_COLUMNS, "turn_timing_added"),
     )
@@ -368,10 +364,11 @@ def commit_turn(
         **fence,
         "b_run_id": rows.run_id,
         "b_created_at": now,
-        "e_rows": [
-            {"seq": rows.first_seq + i, "kind": item.kind.value, "payload": item.to_payload()}
-            for i, item in enumerate(rows.items)
-        ],
+        **eventlog.stored_rows(
+            [(item.kind.value, item.to_payload()) for item in rows.items],
+            first_seq=rows.first_seq,
+            known=blobs.stored_here(conn),
+        ),
         **{f"u_{c}": rows.usage.get(c) for c in _USAGE_COLUMNS},
         **{f"t_{c}": rows.timing.get(c) for c in _TIMING_COLUMNS},
     }

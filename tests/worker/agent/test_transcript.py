@@ -24,6 +24,7 @@ from worker.fleet.runtime import Runtime
 from worker.models.base import Content, Model, ModelRequest, ModelTurn
 from worker.notices import user_text
 from worker.settings import Settings
+from worker.store.blobs import restore_all
 from worker.store.engine import make_engine
 from worker.store.eventlog import LogMark
 from worker.store.tables import events, sessions
@@ -166,12 +167,16 @@ def _rebuilt(
     them."""
     with engine.connect() as conn:
         rows = conn.execute(
-            select(events.c.turn_no, events.c.seq, events.c.kind, events.c.payload)
+            select(events.c.turn_no, events.c.seq, events.c.kind, events.c.payload, events.c.blobs)
             .where(events.c.session_id == session_id)
             .order_by(events.c.turn_no, events.c.seq)
         ).all()
+        # The pages the log keeps apart, put back: the model is sent them whole.
+        payloads = restore_all(conn, [(r.payload, r.blobs) for r in rows])
     end = (upto.turn_no, upto.seq) if upto is not None else (2**31, 0)
-    log = [decode(r.kind, r.payload) for r in rows if (r.turn_no, r.seq) <= end]
+    log = [
+        decode(r.kind, p) for r, p in zip(rows, payloads, strict=True) if (r.turn_no, r.seq) <= end
+    ]
     return log, history.rebuild(log)
 
 

@@ -21,7 +21,7 @@ from worker.errors import (
 )
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelRequest
-from worker.store.tables import artifact_versions, events, sessions, usage
+from worker.store.tables import artifact_versions, blobs, events, sessions, usage
 
 pytestmark = pytest.mark.services
 
@@ -202,8 +202,10 @@ def test_region_edit_replaces_only_that_region(runtime: Runtime) -> None:
             select(
                 artifact_versions.c.version,
                 artifact_versions.c.turn_no,
-                artifact_versions.c.content,
-            ).order_by(artifact_versions.c.version)
+                blobs.c.content,
+            )
+            .join(blobs, blobs.c.sha256 == artifact_versions.c.sha256)
+            .order_by(artifact_versions.c.version)
         ).all()
     assert [(r.version, r.turn_no) for r in rows] == [(1, 0), (2, 1)]
     assert rows[1].content == page("old").replace("<h2>old</h2>", "<h2>new</h2>")

@@ -3,6 +3,7 @@ for byte; a log or a version changed after the fact does not."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from worker.reads.recorded import session_log
 from worker.runs.fork import create_fork
 from worker.runs.replay import replay_session
 from worker.settings import Settings
+from worker.store.blobs import add_blobs, blob_of, contents, restore_all
 from worker.store.engine import utcnow
 from worker.store.sessions import load_session
 from worker.store.tables import artifact_versions, events
@@ -70,17 +72,21 @@ def test_a_tampered_version_or_event_fails_replay(
     session_id = long_session()
     with engine.connect() as conn:
         assert replay_session(conn, session_id=session_id, now=utcnow()).ok
-    # When one byte of its second version is changed in the database
+    # When one byte of its second version is changed in the database (the version row now
+    # names a page stored under its own hash)
     with engine.begin() as conn:
         v2 = conn.execute(
             select(
-                artifact_versions.c.id, artifact_versions.c.content, artifact_versions.c.turn_no
+                artifact_versions.c.id, artifact_versions.c.sha256, artifact_versions.c.turn_no
             ).where(artifact_versions.c.version == 2)
         ).one()
+        (page,) = contents(conn, {v2.sha256}).values()
+        tampered = blob_of(page.replace("<", "[", 1))
+        add_blobs(conn, [tampered])
         conn.execute(
             update(artifact_versions)
             .where(artifact_versions.c.id == v2.id)
-            .values(content=v2.content.replace("<", "[", 1))
+            .values(sha256=tampered.sha256)
         )
     result = scheduler(settings, "replay", str(session_id))
     # Then the replay fails on that version, in one error line, with a non-zero exit
@@ -98,7 +104,7 @@ def test_a_tampered_version_or_event_fails_replay(
         conn.execute(
             update(artifact_versions)
             .where(artifact_versions.c.id == v2.id)
-            .values(content=v2.content)
+            .values(sha256=v2.sha256)
         )
         assert replay_session(conn, session_id=session_id, now=utcnow()).ok
         _tamper_create(conn, session_id)
@@ -114,18 +120,20 @@ def test_a_tampered_version_or_event_fails_replay(
 def _tamper_create(conn: Any, session_id: int) -> None:
     """Change the page of the recorded ``create`` call, as a rewritten log would."""
     rows = conn.execute(
-        select(events.c.id, events.c.payload).where(
+        select(events.c.id, events.c.payload, events.c.blobs).where(
             events.c.session_id == session_id, events.c.kind == "model"
         )
     ).all()
     for row in rows:
-        parts = row.payload["content"]["parts"]
-        for part in parts:
+        # The payload whole again, its page kept in place (a log may hold either).
+        (payload,) = restore_all(conn, [(row.payload, row.blobs)])
+        payload = copy.deepcopy(payload)
+        for part in payload["content"]["parts"]:
             call = part.get("function_call") or {}
             if call.get("args", {}).get("action") == "create":
                 call["args"]["content"] = call["args"]["content"].replace("<", "[", 1)
                 conn.execute(
-                    update(events).where(events.c.id == row.id).values(payload=row.payload)
+                    update(events).where(events.c.id == row.id).values(payload=payload, blobs=None)
                 )
                 return
     raise AssertionError("no create call in the log")

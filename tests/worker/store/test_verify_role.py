@@ -48,8 +48,11 @@ def _libpq(url: str) -> str:
         "UPDATE sessions SET next_turn = next_turn + 1",
         "DELETE FROM sessions",
         "DELETE FROM verifications",
-        "UPDATE artifact_versions SET content = ''",
-        "SELECT content FROM artifacts",
+        "UPDATE artifact_versions SET sha256 = ''",
+        "SELECT sha256 FROM artifacts",
+        "UPDATE blobs SET content = ''",
+        "INSERT INTO blobs (sha256, content, size_bytes) VALUES ('x', 'x', 1)",
+        "DELETE FROM blobs",
     ],
 )
 def test_the_verify_role_is_refused_what_a_verdict_does_not_need(
@@ -73,7 +76,7 @@ def test_the_verify_role_reads_what_a_verification_reads(
     make_run(engine)
     with psycopg.connect(_libpq(as_verify_role(settings.database_url))) as conn:
         assert conn.execute("SELECT current_user").fetchone() == (VERIFY_ROLE,)
-        for table in ("artifact_versions", "sessions", "runs", "waves", "fleet"):
+        for table in ("artifact_versions", "blobs", "sessions", "runs", "waves", "fleet"):
             conn.execute(f"SELECT count(*) FROM {table}")
         # which files a session has, to judge its whole workspace, but not their text
         conn.execute("SELECT id, session_id, name, version FROM artifacts WHERE deleted_at IS NULL")

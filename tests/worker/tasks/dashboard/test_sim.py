@@ -14,8 +14,9 @@ from worker.agent.turn import run_turn
 from worker.fleet.runtime import Runtime
 from worker.models.sim import model as sim_model
 from worker.models.sim.model import SimModel
+from worker.reads.recorded import session_log
 from worker.runs.verdicts import VerdictIn, load_handoff, record_verdict
-from worker.store.tables import artifact_versions, artifacts, events, plans, sessions, usage
+from worker.store.tables import artifact_versions, artifacts, plans, sessions, usage
 from worker.tasks.dashboard import sim as dashboard_player
 from worker.tasks.dashboard.pages import render_dashboard
 from worker.tasks.dashboard.sim import DashboardPlayer
@@ -41,14 +42,7 @@ def _sim(seed: int, **kw: Any) -> SimModel:
 
 def _log(rt: Runtime, sid: int) -> list[tuple[str, dict[str, Any]]]:
     with rt.engine.connect() as conn:
-        return [
-            (r.kind, r.payload)
-            for r in conn.execute(
-                select(events.c.kind, events.c.payload)
-                .where(events.c.session_id == sid)
-                .order_by(events.c.turn_no, events.c.seq)
-            )
-        ]
+        return [(e.kind, e.payload) for e in session_log(conn, session_id=sid)]
 
 
 def _model_texts(log: list[tuple[str, dict[str, Any]]]) -> list[str]:

@@ -20,7 +20,7 @@ from worker.reads.queries import session_rows
 from worker.runs.fork import create_fork
 from worker.runs.replay import replay_session
 from worker.store.engine import utcnow
-from worker.store.tables import artifact_versions, artifacts, events, runs, sessions
+from worker.store.tables import artifact_versions, artifacts, blobs, events, runs, sessions
 from worker.tasks.humaneval.task import task as humaneval
 
 pytestmark = pytest.mark.services
@@ -62,8 +62,9 @@ def test_an_oracle_session_starts_from_the_prompt_and_is_judged_on_the_sandbox_q
     # Then it starts with solution.py at version 0, the problem's prompt
     with runtime.engine.connect() as conn:
         start = conn.execute(
-            select(artifacts.c.name, artifact_versions.c.version, artifact_versions.c.content)
+            select(artifacts.c.name, artifact_versions.c.version, blobs.c.content)
             .join(artifact_versions)
+            .join(blobs, blobs.c.sha256 == artifact_versions.c.sha256)
             .where(artifacts.c.session_id == sid)
         ).all()
     assert [tuple(r) for r in start] == [("solution.py", 0, instance.public["prompt"])]
@@ -91,6 +92,8 @@ def test_hidden_fields_reach_no_prompt_event_report_replay_or_fork(runtime: Runt
         seen: list[Any] = [
             *conn.execute(select(events.c.payload).where(events.c.session_id.in_(sids))).scalars(),
             *conn.execute(select(sessions.c.brief).where(sessions.c.run_id == run_id)).scalars(),
+            # the texts the log keeps apart (pages, long tool results)
+            *conn.execute(select(blobs.c.content)).scalars(),
         ]
         seen.append(repr(run_figures(conn, run_id, prices=runtime.prices)))
         seen += [repr(replay_session(conn, session_id=sid, now=utcnow())) for sid in sids]
