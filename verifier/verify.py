@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 from verifier.chromium.binary import default_executable
 from verifier.chromium.judge import judge
 from verifier.verdict import Verdict
+from worker.agent.verdict import VerdictIn
 from worker.errors import BrowserUnavailable, ConfigError, SandboxUnavailable, VerifierUnavailable
 from worker.fleet.runtime import Runtime
 from worker.profiles import get_profile
-from worker.runs.verdicts import Handoff, VerdictIn, claim_handoff, record_verdict, release_handoff
+from worker.runs.verdicts import Handoff, claim_handoff, record_verdict, release_handoff
 from worker.settings import Settings
 from worker.tasks.base import Instance, Submission, Task, VerifierKind, passed
 from worker.tasks.fingerprint import recorded_task

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, NoReturn
 from sqlalchemy.engine import Connection
 
 from worker.agent import history, limits, transcript
+from worker.agent import verdict as verdicts
 from worker.agent.accounting import observe_commit, usage_row
 from worker.agent.budget import CallHold, worst_case_usd
 from worker.agent.events import (
@@ -52,7 +53,6 @@ from worker.models.base import FunctionCall, Model, ModelRequest, ModelTurn
 from worker.models.sim.model import SimModel
 from worker.notices import NO_CALL_NOTICE, user_text
 from worker.profiles import get_profile
-from worker.runs import verdicts
 from worker.states import Outcome, RunStatus
 from worker.store import claims, due, endings, reservations, sessions, turns, warmup
 from worker.tasks.base import Instance, Task, VerifierKind, passed

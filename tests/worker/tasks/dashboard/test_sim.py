@@ -11,11 +11,12 @@ from sqlalchemy import select
 
 from tests.factories import dashboard_sim, make_run
 from worker.agent.turn import run_turn
+from worker.agent.verdict import VerdictIn
 from worker.fleet.runtime import Runtime
 from worker.models.sim import model as sim_model
 from worker.models.sim.model import SimModel
 from worker.reads.recorded import session_log
-from worker.runs.verdicts import VerdictIn, load_handoff, record_verdict
+from worker.runs.verdicts import load_handoff, record_verdict
 from worker.store.tables import artifact_versions, artifacts, plans, sessions, usage
 from worker.tasks.dashboard import sim as dashboard_player
 from worker.tasks.dashboard.pages import render_dashboard
