@@ -274,14 +274,18 @@ def public_instance(view: sessions.SessionView) -> Instance:
     return Instance(view.instance_id, view.brief)
 
 
+def full_instance(task: Task, view: sessions.SessionView) -> Instance:
+    """The session's instance with its hidden fields, as the task defines it."""
+    try:
+        return task.instance(view.instance_id)
+    except ConfigError:  # a session made before tasks: its brief is all there is
+        return public_instance(view)
+
+
 def _model_for(rt: Runtime, view: sessions.SessionView, config: RunConfig, task: Task) -> Model:
     def sim() -> Model:
-        try:
-            instance = task.instance(view.instance_id)
-        except ConfigError:  # a session made before tasks: its brief is all there is
-            instance = public_instance(view)
         player = task.player(
-            instance,
+            full_instance(task, view),
             view.persona,
             seed=config.seed,
             index=view.index,
@@ -506,11 +510,7 @@ def _judge_inline(
     assert ctx.handed_off is not None and submitted is not None, "set by the handoff tool"
     checks = list(ctx.handoff_checks)
     if task.verifier is VerifierKind.static:
-        try:
-            instance = task.instance(view.instance_id)
-        except ConfigError:  # a session made before tasks: its brief is all there is
-            instance = submitted.instance
-        checks += task.judge(replace(submitted, instance=instance))
+        checks += task.judge(replace(submitted, instance=full_instance(task, view)))
     verdict = verdicts.VerdictIn(
         passed=passed(checks),
         method="static",
