@@ -126,6 +126,8 @@ def runtime(settings: Settings, engine: Engine) -> Iterator[Runtime]:
     """A runtime whose dispatches are recorded, not sent."""
     rt = Runtime(settings=settings, engine=engine, dispatcher=RecordingDispatcher())
     yield rt
+    if "leases" in vars(rt):  # made: its thread must not renew on a disposed engine
+        rt.leases.stop()
     if rt.lease_engine is not None and rt.lease_engine is not engine:
         rt.lease_engine.dispose()
 

@@ -151,7 +151,8 @@ def _verify(
     session_id = handoff.session_id
     assert handoff.epoch is not None
     started = time.monotonic()
-    # The lease lives as long as this worker does: renewed through a slow judgement.
+    # The lease lives as long as this worker does: renewed through a slow judgement, up
+    # to the verdict's commit, which gives it back.
     with rt.leases.hold(session_id, handoff.epoch):
         try:
             task = _task_of(handoff)
@@ -171,19 +172,19 @@ def _verify(
             from verifier.chromium.record import video_of
 
             video = video_of(handoff.content, settings=rt.settings, run_asks=handoff.record)
-    return record_verdict(
-        rt,
-        handoff,
-        VerdictIn(
-            passed=verdict.passed,
-            method=method,
-            checks=[asdict(c) for c in verdict.checks],
-            fps=verdict.fps,
-            screenshot_png=verdict.screenshot_png,
-            elapsed_ms=int((time.monotonic() - started) * 1000),
-            video_mp4=video,
-        ),
-    )
+        return record_verdict(
+            rt,
+            handoff,
+            VerdictIn(
+                passed=verdict.passed,
+                method=method,
+                checks=[asdict(c) for c in verdict.checks],
+                fps=verdict.fps,
+                screenshot_png=verdict.screenshot_png,
+                elapsed_ms=int((time.monotonic() - started) * 1000),
+                video_mp4=video,
+            ),
+        )
 
 
 def judge_submission(

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Engine, and_, func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import OperationalError
 
+from worker.store.claims import lease_free
 from worker.store.tables import runs, sessions, usage
 
 #: Seconds between two looks at the database.
@@ -38,7 +39,8 @@ def turns_in_flight(engine: Engine, run_id: int) -> int:
                 select(func.count()).where(
                     s.c.run_id == run_id,
                     s.c.status == "running",
-                    and_(s.c.lease_owner.is_not(None), s.c.lease_expires_at > func.now()),
+                    s.c.lease_owner.is_not(None),
+                    ~lease_free(func.now()),
                 )
             ).scalar_one()
         )

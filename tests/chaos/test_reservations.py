@@ -23,6 +23,7 @@ from tests.conftest import WorkerProcess
 from tests.factories import duplicates
 from worker.fleet.identity import process_owner
 from worker.settings import Settings
+from worker.store.claims import lease_free
 from worker.store.tables import reservations, runs, sessions, usage
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow]
@@ -64,7 +65,7 @@ def _wait_for_reserved_calls(engine: Engine, run_id: int, owner: str) -> int:
                     r.c.run_id == run_id,
                     r.c.lease_epoch == s.c.lease_epoch,
                     s.c.lease_owner == owner,
-                    s.c.lease_expires_at > func.now(),
+                    ~lease_free(func.now()),
                 )
             ).scalar_one()
             pending = conn.execute(

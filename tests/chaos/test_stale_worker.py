@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, select, text
+from sqlalchemy import Engine, event, func, select, text
 
 from tests.chaos.checker import check_run
 from tests.chaos.conftest import FAST_RECOVERY_ENV
@@ -28,6 +28,7 @@ from worker.fleet.runtime import Runtime
 from worker.models.base import ModelRequest, ModelTurn
 from worker.settings import Settings
 from worker.states import TERMINAL
+from worker.store.claims import lease_lapsed
 from worker.store.engine import make_engine
 from worker.store.tables import artifacts, blobs, metadata, sessions
 
@@ -162,7 +163,7 @@ def _lease(engine: Engine, session_id: int) -> Any:
                 sessions.c.lease_epoch,
                 sessions.c.next_turn,
                 sessions.c.status,
-                (sessions.c.lease_expires_at < text("now()")).label("expired"),
+                lease_lapsed(func.now()).label("expired"),
             ).where(sessions.c.id == session_id)
         ).one()
 

@@ -16,6 +16,7 @@ from tests.chaos.progress import turns_committed
 from tests.conftest import WorkerProcess
 from worker.fleet.identity import process_owner
 from worker.settings import Settings
+from worker.store.claims import lease_free
 from worker.store.tables import sessions
 
 pytestmark = [pytest.mark.chaos, pytest.mark.services, pytest.mark.slow]
@@ -38,7 +39,7 @@ def _wait_for_kill_window(engine: Engine, run_id: int, owner: str, turns_before:
     """
     s = sessions
     claimed = s.c.turn_attempts >= 1
-    live = and_(claimed, s.c.lease_owner == owner, s.c.lease_expires_at > func.now())
+    live = and_(claimed, s.c.lease_owner == owner, ~lease_free(func.now()))
     pending = or_(s.c.turn_attempts >= 2, and_(claimed, ~live))
     deadline = time.monotonic() + KILL_WINDOW_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -117,6 +117,7 @@ class Runtime:
             )
         return LeaseKeeper(
             engine=self.lease_engine,
+            own_engine=self.lease_engine is not self.engine,
             owner=self.owner,
             ttl_s=self.settings.lease_ttl_s,
             renew_s=self.settings.lease_renew_s,

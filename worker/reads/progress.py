@@ -9,6 +9,7 @@ from sqlalchemy import Engine, case, func, select
 from sqlalchemy.engine import Connection
 
 from worker.states import TERMINAL, RunStatus, SessionStatus
+from worker.store.claims import lease_free
 from worker.store.engine import utcnow
 from worker.store.tables import runs, samples, sessions
 
@@ -38,7 +39,7 @@ class Claims(NamedTuple):
 def claims_of(conn: Connection, run_id: int, *, now: datetime) -> Claims:
     """What the run's workers have claimed so far, and what waits for one."""
     s = sessions.c
-    unheld = s.lease_expires_at.is_(None) | (s.lease_expires_at < now)
+    unheld = lease_free(now)
     row = conn.execute(
         select(
             func.coalesce(func.sum(s.lease_epoch), 0),

@@ -1,8 +1,12 @@
 """Claims: a turn or a verification takes its session's lease, and gives it back.
 
 A lease is held by one worker until ``lease_expires_at``; taking it bumps ``lease_epoch``,
-which fences whoever held it before (their commit matches no row). Every function takes an
-open :class:`~sqlalchemy.engine.Connection` inside the caller's transaction.
+which fences whoever held it before (their commit matches no row). A lease also stays
+held past that time while its owner's row of ``lease_holders`` is alive: a worker renews
+that one row (:mod:`worker.fleet.leases`) instead of every lease it holds, and lets go of
+a lease it stops holding by clearing the lease's owner, if a commit has not cleared the
+lease already. Every function takes an open :class:`~sqlalchemy.engine.Connection` inside
+the caller's transaction.
 """
 
 from __future__ import annotations
@@ -11,13 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, exists, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from worker.states import SessionStatus
-from worker.store.tables import runs, sessions
+from worker.store.tables import lease_holders, runs, sessions
 
 __all__ = [
     "CLAIM_TURN",
@@ -25,6 +29,8 @@ __all__ = [
     "Claim",
     "claim_verification",
     "count_duplicate_turn",
+    "lease_free",
+    "lease_lapsed",
     "lease_params",
     "lease_turn",
     "release_turn",
@@ -46,6 +52,29 @@ class Claim:
     """When the task that claimed it was dispatched (before the claim), if recorded."""
 
 
+def kept_by_its_owner(now: ColumnElement[datetime] | datetime) -> ColumnElement[bool]:
+    """A lease whose owner is alive at ``now`` (its ``lease_holders`` row)."""
+    return exists().where(
+        lease_holders.c.owner == sessions.c.lease_owner,
+        lease_holders.c.alive_until >= now,
+    )
+
+
+def lease_lapsed(now: ColumnElement[datetime] | datetime) -> ColumnElement[bool]:
+    """A session lease taken and lapsed at ``now``: past its own expiry, and its owner no
+    longer alive. A lease given back (no expiry) has not lapsed: it is free."""
+    return (sessions.c.lease_expires_at < now) & ~kept_by_its_owner(now)
+
+
+def lease_free(now: ColumnElement[datetime] | datetime) -> ColumnElement[bool]:
+    """A session lease that no one holds at ``now``: never taken, given back, or lapsed."""
+    return sessions.c.lease_expires_at.is_(None) | lease_lapsed(now)
+
+
+#: The time a claim statement is made at.
+_NOW = bindparam("b_now", type_=sessions.c.lease_expires_at.type)
+
+
 def _take_lease(*conditions: ColumnElement[bool], **values: Any) -> Update:
     """The statement that moves the lease of the session ``conditions`` pick to an owner
     (bound as ``b_owner``, until ``b_expires_at``), if it is free at ``b_now``.
@@ -57,8 +86,7 @@ def _take_lease(*conditions: ColumnElement[bool], **values: Any) -> Update:
         update(sessions)
         .where(
             *conditions,
-            sessions.c.lease_expires_at.is_(None)
-            | (sessions.c.lease_expires_at < bindparam("b_now")),
+            lease_free(_NOW),
         )
         .values(
             lease_epoch=sessions.c.lease_epoch + 1,

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 
 from worker.errors import InputError, LadderNotFound, RunNotFound
 from worker.states import Outcome, RunStatus, SessionStatus
-from worker.store import due, endings, waves
+from worker.store import claims, due, endings, waves
 from worker.store.due import DUE_COLUMNS, Dispatch, dispatch_of
 from worker.store.tables import ladders, runs, sessions
 
@@ -41,14 +41,13 @@ def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
         raise InputError(f"run {run_id} has already finished")
     _mark_cancelled(conn, run_id=run_id, reason="cancelled by a user")
     rows = conn.execute(
-        select(sessions.c.id, sessions.c.status, sessions.c.lease_expires_at)
+        select(sessions.c.id, sessions.c.status, (~claims.lease_free(now)).label("leased"))
         .where(sessions.c.run_id == run_id, sessions.c.status.in_(due.ACTIVE))
-        .with_for_update()
+        .with_for_update(of=sessions)
     ).all()
     ended = in_flight = 0
     for row in rows:
-        leased = row.lease_expires_at is not None and row.lease_expires_at > now
-        if row.status == SessionStatus.running.value and leased:
+        if row.status == SessionStatus.running.value and row.leased:
             in_flight += 1
         elif endings.end_session(
             conn,

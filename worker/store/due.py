@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from worker.states import TERMINAL, SessionStatus
+from worker.store import claims
 from worker.store.tables import runs, sessions
 
 __all__ = [
@@ -76,7 +77,8 @@ def lease_owners(conn: Connection, *, now: datetime) -> list[str]:
         .where(
             sessions.c.status.in_(ACTIVE),
             sessions.c.lease_owner.is_not(None),
-            sessions.c.lease_expires_at >= now,
+            sessions.c.lease_expires_at.is_not(None),
+            ~claims.lease_lapsed(now),
         )
         .distinct()
     ).scalars()
@@ -98,7 +100,7 @@ def claim_lapsed(
         .where(
             s.c.status.in_([SessionStatus.running.value, SessionStatus.verifying.value]),
             s.c.lease_expires_at.is_not(None),
-            (s.c.lease_expires_at < now) | s.c.lease_owner.in_(list(dead_owners)),
+            claims.lease_lapsed(now) | s.c.lease_owner.in_(list(dead_owners)),
         )
         .values(dispatched_at=now, lease_owner=None, lease_expires_at=None)
         .returning(*DUE_COLUMNS)

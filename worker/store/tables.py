@@ -477,6 +477,16 @@ outbox = Table(
     Index("ix_outbox_dispatched_at", "dispatched_at"),
 )
 
+#: The worker processes that hold turn leases, each alive until ``alive_until``: a worker
+#: renews its one row while it holds any, and a turn's lease whose own expiry passed is
+#: still held while its owner's row is alive (:mod:`worker.store.claims`).
+lease_holders = Table(
+    "lease_holders",
+    metadata,
+    Column("owner", String(128), primary_key=True),
+    _ts("alive_until", nullable=False),
+)
+
 #: The identity of the fleet this database drives: one random id, made by a migration.
 #: Every process of a fleet reads it, so tasks of fleets that share a broker never meet.
 fleet = Table(

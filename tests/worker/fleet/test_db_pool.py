@@ -19,7 +19,7 @@ from worker.fleet.runtime import Runtime
 from worker.settings import Settings
 from worker.store.claims import lease_turn
 from worker.store.engine import make_engine, pool_sizes, utcnow
-from worker.store.tables import sessions
+from worker.store.tables import lease_holders, sessions
 
 pytestmark = pytest.mark.services
 
@@ -162,7 +162,7 @@ def test_leases_are_renewed_while_the_task_threads_hold_every_connection(
     # Then it renewed it on a connection of its own, for a whole TTL from now
     assert renewed == 1
     with engine.connect() as conn:
-        expires_at = conn.execute(
-            select(sessions.c.lease_expires_at).where(sessions.c.id == sid)
+        alive_until = conn.execute(
+            select(lease_holders.c.alive_until).where(lease_holders.c.owner == rt.owner)
         ).scalar_one()
-    assert expires_at > claim.expires_at
+    assert alive_until > claim.expires_at

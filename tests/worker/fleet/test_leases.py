@@ -1,12 +1,13 @@
-"""Heartbeated leases: what a renewal extends, and what it never waits for."""
+"""Heartbeated leases: what a renewal keeps alive, and what it never waits for."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import threading
-from datetime import datetime
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select, update
@@ -14,7 +15,8 @@ from sqlalchemy import Engine, select, update
 from tests.conftest import ROOT
 from tests.factories import make_run
 from worker.fleet.runtime import Runtime
-from worker.store.claims import Claim, lease_turn
+from worker.store import due
+from worker.store.claims import Claim, claim_verification, lease_turn
 from worker.store.engine import utcnow
 from worker.store.tables import sessions
 
@@ -33,72 +35,88 @@ def _claim(engine: Engine, session_id: int, owner: str) -> Claim:
     return claim
 
 
-def _expiry(engine: Engine, session_id: int) -> datetime:
-    with engine.connect() as conn:
-        expires_at: datetime = conn.execute(
-            select(sessions.c.lease_expires_at).where(sessions.c.id == session_id)
-        ).scalar_one()
-    return expires_at
-
-
-def test_a_renewal_extends_only_the_leases_this_process_still_holds(
-    engine: Engine, runtime: Runtime
-) -> None:
-    # Given three leases taken by this process, and a fourth session leased by another
-    _, (mine, superseded, other_owner, foreign) = make_run(engine, waves="1x4")
-    claims = {sid: _claim(engine, sid, runtime.owner) for sid in (mine, superseded, other_owner)}
-    _claim(engine, foreign, "elsewhere:1")
-    # And one of them was taken over since (its epoch moved on), another passed to a new owner
+def _expire(engine: Engine, *session_ids: int) -> None:
+    """Move the leases' own expiry into the past, as a long model call outlives it."""
     with engine.begin() as conn:
         conn.execute(
             update(sessions)
-            .where(sessions.c.id == superseded)
-            .values(lease_epoch=sessions.c.lease_epoch + 1)
+            .where(sessions.c.id.in_(session_ids))
+            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
         )
-        conn.execute(
-            update(sessions).where(sessions.c.id == other_owner).values(lease_owner="elsewhere:2")
-        )
-    before = {sid: _expiry(engine, sid) for sid in (mine, superseded, other_owner, foreign)}
-    # When the process renews what it holds
-    with (
-        runtime.leases.hold(mine, claims[mine].epoch),
-        runtime.leases.hold(superseded, claims[superseded].epoch),
-        runtime.leases.hold(other_owner, claims[other_owner].epoch),
-    ):
-        renewed = runtime.leases.renew()
-    # Then only the lease it still holds under the same epoch was extended
-    assert renewed == 1
-    assert _expiry(engine, mine) > before[mine]
-    for sid in (superseded, other_owner, foreign):
-        assert _expiry(engine, sid) == before[sid]
 
 
-def test_a_renewal_skips_a_session_row_another_transaction_holds(
+def _lapsed(engine: Engine, *, later_s: float = 0.0) -> set[int]:
+    """The sessions a reconciler takes over, ``later_s`` from now."""
+    with engine.begin() as conn:
+        taken = due.claim_lapsed(conn, now=utcnow() + timedelta(seconds=later_s))
+    return {d.session_id for d in taken}
+
+
+def _lease_rows(engine: Engine, *session_ids: int) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(sessions.c.id, sessions.c.lease_owner, sessions.c.lease_expires_at).where(
+                sessions.c.id.in_(session_ids)
+            )
+        ).all()
+    return sorted(tuple(row) for row in rows)
+
+
+def test_a_renewal_keeps_alive_the_leases_this_process_holds_and_no_other(
     engine: Engine, runtime: Runtime
 ) -> None:
-    # Given two leases of this process, one of whose session rows a commit holds locked
-    _, (locked, free) = make_run(engine, waves="1x2")
-    claims = {sid: _claim(engine, sid, runtime.owner) for sid in (locked, free)}
-    before = {sid: _expiry(engine, sid) for sid in (locked, free)}
+    # Given four sessions whose leases' own expiry has passed: a turn and a verification
+    # this process holds, a turn it held and let go of without a commit, and a turn another
+    # process took
+    _, (mine, judged, dropped, foreign) = make_run(engine, waves="1x4")
+    claims = {sid: _claim(engine, sid, runtime.owner) for sid in (mine, dropped)}
+    _claim(engine, foreign, "elsewhere:1")
+    with engine.begin() as conn:
+        conn.execute(update(sessions).where(sessions.c.id == judged).values(status="verifying"))
+        verifying = claim_verification(
+            conn, session_id=judged, round_no=0, owner=runtime.owner, now=utcnow(), ttl_s=5.0
+        )
+    assert verifying is not None
+    _expire(engine, mine, judged, dropped, foreign)
+    with runtime.leases.hold(dropped, claims[dropped].epoch):
+        pass
+    before = _lease_rows(engine, mine, judged)
+    # When the process renews while it holds the first two
+    with (
+        runtime.leases.hold(mine, claims[mine].epoch),
+        runtime.leases.hold(judged, verifying.epoch),
+    ):
+        held = runtime.leases.renew()
+        # Then those two leases are held, and no session row was written for them
+        assert held == 2
+        assert _lease_rows(engine, mine, judged) == before
+        # And the reconciler takes over the other two, the one let go of included
+        assert _lapsed(engine) == {dropped, foreign}
+        # And the two it holds lapse once the process stops renewing
+        assert _lapsed(engine, later_s=runtime.settings.lease_ttl_s + 1) == {mine, judged}
+
+
+def test_a_renewal_waits_for_no_session_row_another_transaction_holds(
+    engine: Engine, runtime: Runtime
+) -> None:
+    # Given a turn of this process whose session row a commit holds locked
+    _, (locked,) = make_run(engine)
+    claim = _claim(engine, locked, runtime.owner)
+    _expire(engine, locked)
     result: list[int] = []
-    with engine.connect() as holder, holder.begin():
-        holder.execute(select(sessions.c.id).where(sessions.c.id == locked).with_for_update())
-        # When the process renews its leases while that transaction is open
-        with (
-            runtime.leases.hold(locked, claims[locked].epoch),
-            runtime.leases.hold(free, claims[free].epoch),
-        ):
+    with runtime.leases.hold(locked, claim.epoch):
+        with engine.connect() as holder, holder.begin():
+            holder.execute(select(sessions.c.id).where(sessions.c.id == locked).with_for_update())
+            # When the process renews its leases while that transaction is open
             renewal = threading.Thread(target=lambda: result.append(runtime.leases.renew()))
             renewal.start()
             renewal.join(RENEW_JOIN_S)
             finished = not renewal.is_alive()
-    renewal.join()
-    # Then the renewal did not wait for the lock: it extended the free lease and skipped
-    # the locked one, whose holder lets it go when it commits
-    assert finished, "the renewal waited for a row another transaction holds"
-    assert result == [1]
-    assert _expiry(engine, free) > before[free]
-    assert _expiry(engine, locked) == before[locked]
+        renewal.join()
+        # Then the renewal did not wait for the lock, and kept the lease alive
+        assert finished, "the renewal waited for a row another transaction holds"
+        assert result == [1]
+        assert _lapsed(engine) == set()
 
 
 def test_a_green_worker_renews_its_leases_while_its_greenlets_keep_the_loop_busy(

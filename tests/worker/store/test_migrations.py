@@ -39,6 +39,7 @@ EXPECTED = {
     "turn_timings",
     "reservations",
     "blobs",
+    "lease_holders",
 }
 
 
