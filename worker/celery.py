@@ -253,8 +253,10 @@ def turn(self: Any, session_id: int, turn_no: int, retries: int = 0) -> str:
     try:
         try:
             return run_turn(rt=rt, session_id=session_id, turn_no=turn_no, retries=retries).value
-        except PoolTimeout as exc:
-            raise _pool_wait(rt, session_id, turn_no) from exc
+        except PoolTimeout:
+            # The warning says it all: a retry's traceback of the pool's wait (dozens of
+            # frames, formatted by Celery) cost a saturated worker a tenth of its CPU.
+            raise _pool_wait(rt, session_id, turn_no) from None
         except DBAPIError as exc:
             if not connection_lost(exc):
                 raise
@@ -273,8 +275,10 @@ def turn(self: Any, session_id: int, turn_no: int, retries: int = 0) -> str:
 def _pool_wait(rt: Runtime, session_id: int, turn_no: int) -> TransientError:
     """A turn that waited too long for a database connection: retried, not an error.
 
-    It is retried once its lease, if it took one, has lapsed (a claim is its first use of
-    the database), and the wait does not use up its retries: the worker is only busy.
+    A claim is a turn's first use of the database, and its commit waits on however long
+    it takes (:func:`worker.agent.turn._connect_patiently`): a turn that gives up here
+    holds no lease, or one it took before a later read gave up. It is retried once such
+    a lease has lapsed, and the wait does not use up its retries: the worker is only busy.
     """
     delay_s = rt.settings.lease_ttl_s
     logger.warning(

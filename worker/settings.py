@@ -89,7 +89,8 @@ class Settings(BaseSettings):
     unset: none when the pool size is unset too (the pool keeps them all), else a tenth of
     the worker's threads, at least 15 and at most 25."""
     db_pool_timeout_s: float = Field(default=60.0, gt=0)
-    """How long a thread waits for a free connection; a turn that waits longer is retried."""
+    """How long a thread waits for a free connection; a turn that waits longer to claim is
+    retried, one waiting to commit warns and waits on."""
     task_log: bool = False
     """Workers log each task's arrival and end (Celery's own two lines per task, at INFO).
     Off, a task's failure is still logged, as are Swarm's own lines (retries, endings,

@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any, NamedTuple, NoReturn
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from worker.agent import history, limits, transcript
 from worker.agent import verdict as verdicts
@@ -385,6 +386,25 @@ def _after_failed_call(rt: Runtime, claim: claims.Claim, *, maybe_billed: bool) 
             reservations.release(conn, **keys)
 
 
+def _connect_patiently(rt: Runtime, claim: claims.Claim) -> Connection:
+    """A connection to commit the turn on, however long a busy pool takes to free one.
+
+    The model's answer is in hand and the lease lives as long as this worker does, so
+    waiting loses nothing; giving up would throw the answer away and run the turn again,
+    the model call included, on a worker already too busy.
+    """
+    while True:
+        try:
+            return rt.engine.connect()
+        except PoolTimeout:
+            logger.warning(
+                "turn %s/%s: no database connection free within %.0fs to commit; waiting on",
+                claim.session_id,
+                claim.turn_no,
+                rt.settings.db_pool_timeout_s,
+            )
+
+
 def _commit(
     rt: Runtime,
     claim: claims.Claim,
@@ -402,7 +422,7 @@ def _commit(
     """
     now = rt.clock()
     profile = get_profile(view.profile)
-    with rt.engine.begin() as conn:
+    with _connect_patiently(rt, claim) as conn, conn.begin():
         if not turns.holds_lease(conn, claim=claim):
             logger.warning(
                 "turn %s/%s fenced: lease epoch %s superseded",
@@ -464,10 +484,11 @@ def _commit(
             if ctx.handed_off is not None and judged_inline(task, config)
             else None
         )
-        # A first turn warmed the cache: its wave's held first turns may go now.
+        # A first turn warmed the cache: its wave's held first turns may go now. Only a
+        # run that warms the cache holds any (the look reads every session of the wave).
         released = (
             warmup.release_wave(conn, session_id=claim.session_id, now=now)
-            if claim.turn_no == 0
+            if claim.turn_no == 0 and warmup.wants_warmup(view.model, view.run_config)
             else []
         )
     if rt.observer is not None:

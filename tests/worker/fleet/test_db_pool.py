@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 
@@ -11,11 +12,13 @@ import pytest
 from sqlalchemy import Engine, select, text
 
 from tests.conftest import RecordingDispatcher, WorkerProcess
-from tests.factories import make_run
+from tests.factories import ScriptedModel, call, make_run, model_turn, page
+from worker.agent.turn import run_turn
 from worker.celery import create_app
 from worker.errors import TransientError
 from worker.fleet.dispatch import TURN_TASK
 from worker.fleet.runtime import Runtime
+from worker.models.base import ModelRequest
 from worker.settings import Settings
 from worker.store.claims import lease_turn
 from worker.store.engine import make_engine, pool_sizes, utcnow
@@ -135,6 +138,55 @@ def test_a_turn_that_waits_too_long_for_a_connection_is_retried(
         assert task.run(session_id=sid, turn_no=0) == "committed"
     finally:
         app.runtime.engine.dispose()
+
+
+def test_a_turn_whose_commit_waits_past_the_pool_timeout_commits_once_a_connection_frees(
+    settings: Settings, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a process whose pool has one connection, which someone else takes while the
+    # turn's model call is out and gives back well after the pool's timeout
+    tight = settings.model_copy(
+        update={"db_pool_size": 1, "db_max_overflow": 0, "db_pool_timeout_s": 0.2}
+    )
+    rt = Runtime(settings=tight, engine=make_engine(tight), dispatcher=RecordingDispatcher())
+    _, (sid,) = make_run(engine)
+    given_back = threading.Event()
+
+    def take(_request: ModelRequest) -> None:
+        held = rt.engine.connect()
+
+        def give_back() -> None:
+            held.close()
+            given_back.set()
+
+        threading.Timer(1.0, give_back).start()
+
+    model = ScriptedModel(
+        [
+            model_turn(
+                call("manage_artifact", action="create", name="dashboard.html", content=page())
+            )
+        ],
+        before=take,
+    )
+    # When the turn runs to its commit
+    try:
+        with caplog.at_level(logging.WARNING):
+            outcome = run_turn(rt=rt, session_id=sid, turn_no=0, model=model)
+    finally:
+        given_back.wait(10)
+        rt.engine.dispose()
+        if rt.lease_engine is not None:
+            rt.leases.stop()
+            rt.lease_engine.dispose()
+    # Then it waited on for the connection and committed, instead of giving up the answer
+    assert outcome.value == "committed"
+    assert [r.message for r in caplog.records if "to commit; waiting on" in r.message]
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(sessions.c.next_turn, sessions.c.turn_attempts).where(sessions.c.id == sid)
+        ).one()
+    assert tuple(row) == (1, 0)
 
 
 def test_leases_are_renewed_while_the_task_threads_hold_every_connection(
