@@ -27,6 +27,15 @@ from ops.bench.wave_memory import WORKER_TIMEOUT_S, Worker
 
 #: A reconciler's log line naming how many tasks it sent again.
 REDISPATCH_LINE = re.compile(r"reconciler re-dispatching (\d+) task")
+#: The same line's reasons: from the outbox, of lapsed or dead leases, lost.
+REDISPATCH_WHY = re.compile(
+    r"(\d+) from the outbox, (\d+) of lapsed or dead leases, (\d+) lost \((\d+) missing "
+    r"twice, (\d+) reserved by a silent worker, (\d+) overdue unseen\)"
+)
+#: A worker's line for a turn that waited past the pool's timeout for a connection.
+POOL_WAIT_LINE = "no database connection free"
+#: A worker's line for a task whose send took longer than the reconcilers allow.
+SLOW_SEND_LINE = re.compile(r"sending \w+ \d+/\d+ took")
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -87,6 +96,24 @@ class HostWorkers:
         """Tasks the reconcilers of all the processes sent again, from their logs."""
         return sum(
             int(m.group(1)) for a in self.alerts if (m := REDISPATCH_LINE.search(a)) is not None
+        )
+
+    def redispatch_reasons(self) -> str:
+        """Why the reconcilers sent tasks again, summed over their log lines, how many
+        times a turn waited past the pool's timeout, and how many sends were slow."""
+        sums = [0] * 6
+        for alert in self.alerts:
+            if (m := REDISPATCH_WHY.search(alert)) is not None:
+                sums = [a + int(b) for a, b in zip(sums, m.groups(), strict=True)]
+        outbox, lapsed, lost, missing, reserved, unseen = sums
+        waits = sum(POOL_WAIT_LINE in alert for alert in self.alerts)
+        slow = sum(SLOW_SEND_LINE.search(alert) is not None for alert in self.alerts)
+        return (
+            f"{outbox} from the outbox, {lapsed} of lapsed or dead leases, {lost} lost "
+            f"({missing} missing twice, {reserved} reserved by a silent worker, {unseen} "
+            f"overdue with no view of the broker); {waits} wait(s) for a database "
+            f"connection past the pool's timeout, {slow} send(s) slower than the "
+            "reconcilers allow"
         )
 
     def wait_ready(self) -> None:

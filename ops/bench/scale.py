@@ -230,6 +230,7 @@ def measure(
         "pg_connections_peak": sampler.peak(sampler.pg_connections, started),
         "db_bytes_per_session": round(db_bytes / total),
         "redispatches": host.redispatches(),
+        "redispatch_reasons": host.redispatch_reasons(),
         "overhead_p50_ms": None if p50 is None else round(p50, 1),
         "overhead_p99_ms": None if p99 is None else round(p99, 1),
         "duplicates": dup,
@@ -263,7 +264,7 @@ def line(f: dict[str, Any], page_ms: float) -> str:
         f"{f['host_cpu_ms_per_turn']:.2f}), Redis used_memory peak {f['redis_peak_mib']:.1f} MiB "
         f"(+{f['redis_added_mib']:.1f} over idle), PostgreSQL connections peak "
         f"{f['pg_connections_peak']}, database {f['db_bytes_per_session'] / 1024:.1f} KiB/session, "
-        f"re-dispatches {f['redispatches']}"
+        f"re-dispatches {f['redispatches']}: {f['redispatch_reasons']}"
     )
 
 

@@ -18,6 +18,10 @@ VERIFY_QUEUES = {"chromium": VERIFY_QUEUE, "static": VERIFY_QUEUE, "python": SAN
 #: lost its worker is read before every task queued in the ordinary way.
 PRIORITY = 5
 TAKEOVER_PRIORITY = 0
+#: Seconds within which a task sent on its own, right after the commit that made it due,
+#: is on the broker. One not there twice in a row after that is lost: its sender lost the
+#: broker (a restart, or a host cut off from Redis) between the commit and the send.
+SENT_WITHIN_S = 5.0
 
 
 class Dispatcher(Protocol):

@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import text
 
 from worker.fleet.broker import BrokerProbe, BrokerView, dead_owners
+from worker.fleet.dispatch import SENT_WITHIN_S
 from worker.fleet.identity import this_host
 from worker.fleet.intake import Intake, on_slow_link
 from worker.fleet.native import green, sleep_thread, start_native
@@ -43,12 +44,6 @@ from worker.fleet.runtime import Runtime
 from worker.store import cache_alarm, due, waves
 
 logger = logging.getLogger(__name__)
-
-
-#: Seconds within which a task sent on its own, right after the commit that made it due,
-#: is on the broker. One not there twice in a row after that is lost: its sender lost the
-#: broker (a restart, or a host cut off from Redis) between the commit and the send.
-SENT_WITHIN_S = 5.0
 
 
 def _first_turn(u: due.Unclaimed) -> bool:
@@ -111,10 +106,11 @@ class Reconciler:
         bulk = now - timedelta(seconds=min(settings.redispatch_after_s / 2, 15.0))
         alone = now - timedelta(seconds=min(settings.redispatch_after_s / 2, SENT_WITHIN_S))
         with rt.engine.begin() as conn:
-            dispatches = waves.take_outbox(conn, now=now, older_than=stale)
+            outbox = waves.take_outbox(conn, now=now, older_than=stale)
             dead = dead_owners(due.lease_owners(conn, now=now), host=self.host)
-            dispatches += due.claim_lapsed(conn, now=now, dead_owners=dead)
+            lapsed = due.claim_lapsed(conn, now=now, dead_owners=dead)
             waiting = due.unclaimed(conn, before=alone if self.probe else stale)
+        dispatches = outbox + lapsed
         if self.probe is not None:
             waiting = [u for u in waiting if not _first_turn(u) or _older(u, bulk)]
         view = self.probe.view() if self.probe is not None and waiting else None
@@ -125,9 +121,25 @@ class Reconciler:
             self.missing = {u.task_id for u in waiting if u.task_id not in held}
         if lost:
             with rt.engine.begin() as conn:
-                dispatches += due.redispatch(conn, items=lost, now=now)
+                resent = due.redispatch(conn, items=lost, now=now)
+            dispatches += resent
+            # Those claimed or sent by another reconciler since were not sent again.
+            sent_again = {(d.kind, d.session_id, d.number) for d in resent}
+            lost = [
+                u
+                for u in lost
+                if (u.dispatch.kind, u.dispatch.session_id, u.dispatch.number) in sent_again
+            ]
         if dispatches:
-            logger.info("reconciler re-dispatching %d task(s)", len(dispatches))
+            logger.info(
+                "reconciler re-dispatching %d task(s): %d from the outbox, %d of lapsed or "
+                "dead leases, %d lost (%s)",
+                len(dispatches),
+                len(outbox),
+                len(lapsed),
+                len(lost),
+                _why_lost(lost, view),
+            )
         sent = rt.send_all(dispatches)
         rt.providers.release_ended_runs()
         # A run that ended since the last few passes is looked at once more: its last
@@ -198,6 +210,18 @@ class Reconciler:
         # unacknowledged hash it is in a worker's hands (a busy one can take seconds), and
         # then in neither.
         return u.task_id in self.missing
+
+
+def _why_lost(lost: list[due.Unclaimed], view: BrokerView | None) -> str:
+    """How the reconciler told that ``lost`` messages were lost, for its log line: missed
+    by the broker twice, reserved by a worker that fell silent, or overdue while the
+    broker could not be read (or is not Redis)."""
+    reserved = 0 if view is None else sum(u.task_id in view.reserved for u in lost)
+    missing = 0 if view is None else len(lost) - reserved
+    unseen = len(lost) if view is None else 0
+    return (
+        f"{missing} missing twice, {reserved} reserved by a silent worker, {unseen} overdue unseen"
+    )
 
 
 class ReconcilerThread(threading.Thread):

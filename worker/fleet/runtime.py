@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 
 from sqlalchemy import Engine
 
-from worker.fleet.dispatch import Dispatcher
+from worker.fleet.dispatch import SENT_WITHIN_S, Dispatcher
 from worker.fleet.identity import process_owner
 from worker.fleet.leases import LeaseKeeper
 from worker.models.base import FunctionCall, ModelRequest, ModelTurn
@@ -136,8 +136,18 @@ class Runtime:
             try:
                 started = time.perf_counter()
                 self.dispatcher.send(item)
+                took_s = time.perf_counter() - started
                 if item.kind == "turn":
-                    self._sent(item, (time.perf_counter() - started) * 1000)
+                    self._sent(item, took_s * 1000)
+                if took_s > SENT_WITHIN_S:
+                    # The reconcilers may have taken it for lost meanwhile, and sent it too.
+                    logger.warning(
+                        "sending %s %s/%s took %.1fs (a busy worker or broker)",
+                        item.kind,
+                        item.session_id,
+                        item.number,
+                        took_s,
+                    )
                 sent += 1
             except Exception:  # the broker may be down; the database still says it is due
                 logger.warning(
