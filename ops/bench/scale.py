@@ -122,6 +122,18 @@ def _ledger(
     return t.overhead_ms.p50, t.overhead_ms.p99, t.duplicate_turn_tasks, t.cpu_mean_ms
 
 
+def _sent(engine: Engine, run_id: int) -> tuple[float | None, float | None]:
+    """The ledger's p50 statements and round trips per turn, when the schema has them."""
+    columns = {c["name"] for c in inspect(engine).get_columns("turn_timings")}
+    if "statements" not in columns:
+        return None, None
+    from worker.reads.timings import timing_figures
+
+    with engine.connect() as conn:
+        t = timing_figures(conn, run_id, duplicates=0)
+    return t.statements.p50, t.round_trips.p50
+
+
 def measure(
     rt: Runtime,
     *,
@@ -203,6 +215,7 @@ def measure(
     turns = max(figures.turns, 1)
     floor_s = longest * latency_ms / 1000
     p50, p99, dup, turn_cpu = _ledger(rt.engine, run_id)
+    statements, round_trips = _sent(rt.engine, run_id) if p50 is not None else (None, None)
     total = max(figures.sessions.total, 1)
     return {
         "shape": f"{shape.waves}x{size}",
@@ -230,6 +243,8 @@ def measure(
         "pg_connections_peak": sampler.peak(sampler.pg_connections, started),
         "db_bytes_per_session": round(db_bytes / total),
         "redispatches": host.redispatches(),
+        "statements_p50": statements,
+        "round_trips_p50": round_trips,
         "redispatch_reasons": host.redispatch_reasons(),
         "overhead_p50_ms": None if p50 is None else round(p50, 1),
         "overhead_p99_ms": None if p99 is None else round(p99, 1),
@@ -264,7 +279,9 @@ def line(f: dict[str, Any], page_ms: float) -> str:
         f"{f['host_cpu_ms_per_turn']:.2f}), Redis used_memory peak {f['redis_peak_mib']:.1f} MiB "
         f"(+{f['redis_added_mib']:.1f} over idle), PostgreSQL connections peak "
         f"{f['pg_connections_peak']}, database {f['db_bytes_per_session'] / 1024:.1f} KiB/session, "
-        f"re-dispatches {f['redispatches']}: {f['redispatch_reasons']}"
+        f"re-dispatches {f['redispatches']}: {f['redispatch_reasons']}; per turn (ledger "
+        f"p50) {_fmt(f['statements_p50'], 'g')} statements and "
+        f"{_fmt(f['round_trips_p50'], 'g')} round trips before its commit statement"
     )
 
 

@@ -109,10 +109,15 @@ class _Rewriter:
 
 
 def one_session(
-    rt: Runtime, turns: int, seed: int, counted: list[tuple[int, int, int]] | None = None
+    rt: Runtime,
+    turns: int,
+    seed: int,
+    counted: list[tuple[int, int, int]] | None = None,
+    ledger: list[tuple[int, int]] | None = None,
 ) -> dict[int, float]:
     """Run one session's turns in process; returns CPU ms by turn number, and adds each
-    turn's statements, round trips and transactions to ``counted``."""
+    turn's statements, round trips and transactions to ``counted``, and its ledger's
+    statements and round trips to ``ledger``."""
     config = RunConfig(waves="1x1", seed=seed, max_turns=turns + 5, loop_idle_turns=turns + 5)
     with rt.engine.begin() as conn:
         run_id = create_run(conn, model="sim", config=config, now=utcnow())
@@ -129,10 +134,15 @@ def one_session(
             counted.append(count.take())
     with rt.engine.connect() as conn:
         rows = conn.execute(
-            select(turn_timings.c.turn_no, turn_timings.c.cpu_ms).where(
-                turn_timings.c.session_id == sid
-            )
+            select(
+                turn_timings.c.turn_no,
+                turn_timings.c.cpu_ms,
+                turn_timings.c.statements,
+                turn_timings.c.round_trips,
+            ).where(turn_timings.c.session_id == sid)
         ).all()
+    if ledger is not None:
+        ledger.extend((int(r.statements), int(r.round_trips)) for r in rows)
     return {int(r.turn_no) + 1: float(r.cpu_ms) for r in rows}
 
 
@@ -155,8 +165,9 @@ def main(turns: int, repeat: int, pg_admin_url: str) -> None:
         # The leases renewed on the turn's engine: every statement is counted.
         rt = Runtime(settings=settings, engine=engine, dispatcher=_Drop(), lease_engine=engine)
         counted: list[tuple[int, int, int]] = []
+        ledger: list[tuple[int, int]] = []
         try:
-            runs = [one_session(rt, turns, seed, counted) for seed in range(repeat)]
+            runs = [one_session(rt, turns, seed, counted, ledger) for seed in range(repeat)]
             kept = cache_for(engine=engine, settings=settings)
         finally:
             engine.dispose()
@@ -178,6 +189,11 @@ def main(turns: int, repeat: int, pg_admin_url: str) -> None:
     print(
         f"per turn (median): {statements:g} statements, {round_trips:g} round trips to "
         f"PostgreSQL, {transactions:g} transaction(s) besides the claim"
+    )
+    print(
+        f"  the timing ledger's (median): {statistics.median(c[0] for c in ledger):g} "
+        f"statements and {statistics.median(c[1] for c in ledger):g} round trips before "
+        "the commit statement"
     )
     if len(kept):
         print(f"history kept: {kept.size_bytes / len(kept) / 1024:.0f} KiB per session")

@@ -55,7 +55,16 @@ from worker.models.sim.model import SimModel
 from worker.notices import NO_CALL_NOTICE, user_text
 from worker.profiles import get_profile
 from worker.states import Outcome, RunStatus
-from worker.store import claims, due, endings, reservations, sessions, turns, warmup
+from worker.store import (
+    claims,
+    due,
+    endings,
+    reservations,
+    sessions,
+    statements,
+    turns,
+    warmup,
+)
 from worker.tasks.base import Instance, Task, VerifierKind, passed
 from worker.tasks.fingerprint import recorded_task
 
@@ -99,7 +108,9 @@ def run_turn(
         TransientError: the model is unavailable for now; retry after ``delay_s``.
     """
     try:
-        outcome = _run_turn(rt, session_id, turn_no, retries=retries, model=model)
+        with statements.counting() as sent:
+            counted = None if rt.settings.is_sqlite else sent
+            outcome = _run_turn(rt, session_id, turn_no, retries=retries, model=model, sent=counted)
     except TransientError:
         if rt.observer is not None:
             rt.observer.after_turn(outcome="retried")
@@ -110,7 +121,13 @@ def run_turn(
 
 
 def _run_turn(
-    rt: Runtime, session_id: int, turn_no: int, *, retries: int, model: Model | None
+    rt: Runtime,
+    session_id: int,
+    turn_no: int,
+    *,
+    retries: int,
+    model: Model | None,
+    sent: statements.Counts | None,
 ) -> TurnOutcome:
     started = time.monotonic()
     timer = TurnTimer(cpu_clock=rt.cpu_clock)
@@ -136,7 +153,7 @@ def _run_turn(
         timer.lap("claim")
         loaded = _load(conn, view, kept.advance(held, view))
     timer.lap("rebuild")
-    ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no))
+    ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no), sent)
     traced = (
         rt.tracer.turn(session_id=claim.session_id, run_id=view.run_id, turn_no=claim.turn_no)
         if rt.tracer is not None
@@ -170,13 +187,19 @@ class _Ledger(NamedTuple):
     claimed_at: datetime
     dispatched_at: datetime | None
     dispatch_ms: float | None
+    sent: statements.Counts | None
+    """What the turn has sent to PostgreSQL so far (None on SQLite)."""
 
     def row(self) -> dict[str, Any]:
-        return self.timer.row(
-            claimed_at=self.claimed_at,
-            dispatched_at=self.dispatched_at,
-            dispatch_ms=self.dispatch_ms,
-        )
+        return {
+            **self.timer.row(
+                claimed_at=self.claimed_at,
+                dispatched_at=self.dispatched_at,
+                dispatch_ms=self.dispatch_ms,
+            ),
+            "statements": None if self.sent is None else self.sent.statements,
+            "round_trips": None if self.sent is None else self.sent.round_trips,
+        }
 
 
 class _Loaded(NamedTuple):

@@ -78,6 +78,10 @@ class TurnTimings:
     over_time: OverTime
     reserve_cpu_ms: Percentiles = field(default_factory=lambda: Percentiles(None, None, None))
     """Worker CPU per turn of reserving its model call's cost (turns of a budgeted run)."""
+    statements: Percentiles = field(default_factory=lambda: Percentiles(None, None, None))
+    """Statements per turn sent to PostgreSQL before its commit statement (one more)."""
+    round_trips: Percentiles = field(default_factory=lambda: Percentiles(None, None, None))
+    """Their round trips per turn, BEGIN included (the commit and COMMIT are two more)."""
 
 
 def timing_figures(conn: Connection, run_id: int, *, duplicates: int) -> TurnTimings:
@@ -87,6 +91,11 @@ def timing_figures(conn: Connection, run_id: int, *, duplicates: int) -> TurnTim
         select(t.c.claimed_at, *[t.c[f"{p}_ms"] for p in PHASES], t.c.cpu_ms, t.c.reserve_cpu_ms)
         .where(t.c.run_id == run_id)
         .order_by(t.c.claimed_at)
+    ).all()
+    sent = conn.execute(
+        select(t.c.statements, t.c.round_trips).where(
+            t.c.run_id == run_id, t.c.statements.is_not(None)
+        )
     ).all()
     phases = {
         p: [float(r[i + 1]) for r in rows if r[i + 1] is not None] for i, p in enumerate(PHASES)
@@ -103,6 +112,8 @@ def timing_figures(conn: Connection, run_id: int, *, duplicates: int) -> TurnTim
         duplicate_turn_tasks=duplicates,
         over_time=_over_time([r.claimed_at for r in rows], overhead),
         reserve_cpu_ms=Percentiles.of(reserve_cpu),
+        statements=Percentiles.of([float(r.statements) for r in sent]),
+        round_trips=Percentiles.of([float(r.round_trips) for r in sent]),
     )
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from worker.errors import NotMigrated
 from worker.settings import Settings
+from worker.store import statements
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -150,6 +151,8 @@ def make_engine(
     )
     event.listen(engine, "checkin", _mark_idle)
     event.listen(engine, "checkout", _pinger(engine))
+    # A turn's statements and round trips go into its timing row.
+    statements.count_on(engine)
     return engine
 
 

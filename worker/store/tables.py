@@ -404,6 +404,18 @@ turn_timings = Table(
         doc="Reserving the model call's cost against the run's budget (None: no budget).",
     ),
     Column("reserve_cpu_ms", Float, doc="The worker CPU of that reservation."),
+    Column(
+        "statements",
+        Integer,
+        doc="Statements the turn sent to PostgreSQL before its commit statement, the one "
+        "that writes this row (None on SQLite).",
+    ),
+    Column(
+        "round_trips",
+        Integer,
+        doc="Round trips to PostgreSQL they took, BEGIN included: the commit statement and "
+        "COMMIT are two more (None on SQLite).",
+    ),
     UniqueConstraint("session_id", "turn_no"),
 )
 
