@@ -34,8 +34,6 @@ REDISPATCH_WHY = re.compile(
 )
 #: A worker's line for a turn that waited past the pool's timeout for a connection.
 POOL_WAIT_LINE = "no database connection free"
-#: A worker's line for a task whose send took longer than the reconcilers allow.
-SLOW_SEND_LINE = re.compile(r"sending \w+ \d+/\d+ took")
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -99,21 +97,19 @@ class HostWorkers:
         )
 
     def redispatch_reasons(self) -> str:
-        """Why the reconcilers sent tasks again, summed over their log lines, how many
-        times a turn waited past the pool's timeout, and how many sends were slow."""
+        """Why the reconcilers sent tasks again, summed over their log lines, and how many
+        times a turn waited past the pool's timeout."""
         sums = [0] * 6
         for alert in self.alerts:
             if (m := REDISPATCH_WHY.search(alert)) is not None:
                 sums = [a + int(b) for a, b in zip(sums, m.groups(), strict=True)]
         outbox, lapsed, lost, missing, reserved, unseen = sums
         waits = sum(POOL_WAIT_LINE in alert for alert in self.alerts)
-        slow = sum(SLOW_SEND_LINE.search(alert) is not None for alert in self.alerts)
         return (
             f"{outbox} from the outbox, {lapsed} of lapsed or dead leases, {lost} lost "
             f"({missing} missing twice, {reserved} reserved by a silent worker, {unseen} "
             f"overdue with no view of the broker); {waits} wait(s) for a database "
-            f"connection past the pool's timeout, {slow} send(s) slower than the "
-            "reconcilers allow"
+            "connection past the pool's timeout"
         )
 
     def wait_ready(self) -> None:

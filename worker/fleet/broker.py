@@ -51,6 +51,9 @@ class BrokerView:
     dead_by: float | None = None
     """Epoch seconds by which the last of the silent workers had died (its last heartbeat
     plus one beat): a message reserved later cannot be one of theirs. None: none is silent."""
+    send_lag_s: float = 0.0
+    """How long the slowest live worker's sends take now (its last report): a message due
+    more recently than that may still be on its way to the broker."""
 
 
 class BrokerProbe(Protocol):
@@ -61,9 +64,9 @@ class BrokerProbe(Protocol):
         broker that cannot be read)."""
         ...
 
-    def heartbeat(self, round_trip_ms: float | None = None) -> None:
+    def heartbeat(self, round_trip_ms: float | None = None, send_lag_s: float = 0.0) -> None:
         """Report this worker alive (once per reconciler pass), with how long a round trip
-        to its database took, if measured."""
+        to its database took, if measured, and how long its sends take now."""
         ...
 
     def round_trips(self) -> list[float]:
@@ -116,6 +119,7 @@ class RedisBrokerProbe:
         self.host = this_host()
         self.workers_key = f"{prefix}workers"
         self.round_trips_key = f"{prefix}round_trips"
+        self.send_lags_key = f"{prefix}send_lags"
         self.lists = [
             f"{prefix}{q}{_PRIORITY_SEP}{p}" if p else f"{prefix}{q}"
             for q in queues
@@ -131,7 +135,8 @@ class RedisBrokerProbe:
             pipe.hgetall(f"{self.prefix}unacked")
             pipe.zrange(f"{self.prefix}unacked_index", 0, -1, withscores=True)
             pipe.hgetall(self.workers_key)
-            *lists, unacked, index, beats = pipe.execute()
+            pipe.hgetall(self.send_lags_key)
+            *lists, unacked, index, beats, lags = pipe.execute()
         except redis.RedisError:
             logger.warning("could not read the broker's queues", exc_info=True)
             return None
@@ -142,16 +147,18 @@ class RedisBrokerProbe:
             for task_id in _ids([payload]):
                 reserved[task_id] = delivered.get(tag, 0.0)
         silent, dead_by = self._silent(beats)
-        return BrokerView(queued, reserved, silent, dead_by)
+        return BrokerView(queued, reserved, silent, dead_by, self._send_lag_s(beats, lags))
 
-    def heartbeat(self, round_trip_ms: float | None = None) -> None:
-        """Record this worker's heartbeat in the fleet's hash of workers, and its round
-        trip to the database in the fleet's hash of round trips."""
+    def heartbeat(self, round_trip_ms: float | None = None, send_lag_s: float = 0.0) -> None:
+        """Record this worker's heartbeat in the fleet's hash of workers, its round trip to
+        the database in the fleet's hash of round trips, and how long its sends take now
+        in the fleet's hash of send lags."""
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.hset(self.workers_key, self.owner, str(time.time()))
             if round_trip_ms is not None:
                 pipe.hset(self.round_trips_key, self.owner, f"{round_trip_ms:.3f}")
+            pipe.hset(self.send_lags_key, self.owner, f"{send_lag_s:.3f}")
             pipe.execute()
         except redis.RedisError:
             logger.warning("could not record this worker's heartbeat", exc_info=True)
@@ -189,8 +196,21 @@ class RedisBrokerProbe:
         try:
             self.client.hdel(self.workers_key, self.owner)
             self.client.hdel(self.round_trips_key, self.owner)
+            self.client.hdel(self.send_lags_key, self.owner)
         except redis.RedisError:
             logger.warning("could not sign this worker off", exc_info=True)
+
+    def _send_lag_s(self, beats: dict[bytes, bytes], lags: dict[bytes, bytes]) -> float:
+        """The longest send lag the live workers reported (a silent one sends nothing)."""
+        now = time.time()
+        return max(
+            (
+                float(lag)
+                for key, lag in lags.items()
+                if key in beats and now - float(beats[key]) <= self.silence_s
+            ),
+            default=0.0,
+        )
 
     def _silent(self, beats: dict[bytes, bytes]) -> tuple[int, float | None]:
         """How many workers are presumed dead, and by when the last of them had died."""
@@ -214,6 +234,7 @@ class RedisBrokerProbe:
                 last_beat = beat_at if last_beat is None else max(last_beat, beat_at)
         if forgotten:
             self.client.hdel(self.workers_key, *forgotten)
+            self.client.hdel(self.send_lags_key, *forgotten)
         return silent, None if last_beat is None else last_beat + self.beat_s
 
     def twin(self) -> RedisBrokerProbe:

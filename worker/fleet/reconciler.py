@@ -14,8 +14,10 @@ does not hold: a message still queued is waiting, one a worker reserved is about
 one reserved before it died, or longer than ``redispatch_after_s`` ago, may be the dead
 worker's). A message the broker does not hold on two passes in a row, once
 :data:`SENT_WITHIN_S` have passed since its dispatch (15 s for a wave's first turns, sent
-all at once; at most half of ``redispatch_after_s``), is lost (a restarted Redis loses
-them all, a worker cut off from Redis could not send it) and is sent again at once.
+all at once; at most half of ``redispatch_after_s``) and twice as long as the fleet's
+slowest sender takes now (every worker reports it with its heartbeat: a saturated one
+takes seconds), is lost (a restarted Redis loses them all, a worker cut off from Redis
+could not send it) and is sent again at once.
 Without a readable broker, the delays alone decide. Sending twice stays harmless: a turn
 or a verification claims a lease, and only its holder commits.
 
@@ -94,7 +96,7 @@ class Reconciler:
         rt, now = self.rt, self.rt.clock()
         if self.probe is not None:
             round_trip_ms = self.round_trip_ms = self._round_trip_ms()
-            self.probe.heartbeat(round_trip_ms)
+            self.probe.heartbeat(round_trip_ms, rt.send_lag_s())
             if self.intake is not None and round_trip_ms is not None:
                 self._mind_link(self.probe, self.intake, round_trip_ms)
         settings = rt.settings
@@ -208,7 +210,13 @@ class Reconciler:
             return died_since or reserved_at < time.time() - window_s
         # Not even an overdue message is lost on one look: between the queue and the
         # unacknowledged hash it is in a worker's hands (a busy one can take seconds), and
-        # then in neither.
+        # then in neither. Nor is one due more recently than twice as long as the fleet's
+        # slowest sender takes now: a saturated worker may still be sending it (its commit
+        # and its send each wait seconds for the loop).
+        if u.dispatched_at is not None:
+            sending_since = self.rt.clock() - timedelta(seconds=2 * view.send_lag_s)
+            if u.dispatched_at >= sending_since:
+                return False
         return u.task_id in self.missing
 
 
@@ -262,7 +270,7 @@ class ReconcilerThread(threading.Thread):
             with self._beating:
                 if self._stop_event.is_set():
                     return
-                probe.heartbeat(self.reconciler.round_trip_ms)
+                probe.heartbeat(self.reconciler.round_trip_ms, self.reconciler.rt.send_lag_s())
             sleep_thread(min(self.interval_s, BEAT_S))
 
     def stop(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -28,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 #: Send times remembered for the turns this process dispatched, until one claims them.
 SEND_TIMES_KEPT = 10_000
+#: Seconds a slow send counts in :meth:`Runtime.send_lag_s` after it finished.
+SEND_LAG_KEPT_S = 15.0
+#: Seconds between two warnings of a slow send.
+SLOW_SEND_WARN_S = 60.0
 
 _T = TypeVar("_T")
 
@@ -107,6 +112,12 @@ class Runtime:
             self.prices = PriceTable.load(self.settings.prices_file)
         self._send_ms: dict[tuple[int, int], float] = {}
         self._send_lock = threading.Lock()
+        self._sending: dict[int, float] = {}
+        """Sends in flight: a token to when each started (``time.monotonic``)."""
+        self._tokens = itertools.count()
+        self._slowest: tuple[float, float] = (0.0, 0.0)
+        """The slowest send finished lately: seconds it took, and when it finished."""
+        self._warned_at = -SLOW_SEND_WARN_S
 
     @cached_property
     def leases(self) -> LeaseKeeper:
@@ -133,21 +144,14 @@ class Runtime:
         """Send tasks after their transaction committed; a lost send is the reconciler's."""
         sent, unsent = 0, []
         for item in items:
+            token = next(self._tokens)
+            started = time.monotonic()
+            with self._send_lock:
+                self._sending[token] = started
             try:
-                started = time.perf_counter()
                 self.dispatcher.send(item)
-                took_s = time.perf_counter() - started
                 if item.kind == "turn":
-                    self._sent(item, took_s * 1000)
-                if took_s > SENT_WITHIN_S:
-                    # The reconcilers may have taken it for lost meanwhile, and sent it too.
-                    logger.warning(
-                        "sending %s %s/%s took %.1fs (a busy worker or broker)",
-                        item.kind,
-                        item.session_id,
-                        item.number,
-                        took_s,
-                    )
+                    self._sent(item, (time.monotonic() - started) * 1000)
                 sent += 1
             except Exception:  # the broker may be down; the database still says it is due
                 logger.warning(
@@ -159,6 +163,8 @@ class Runtime:
                 )
                 if not item.delay_s:  # a held first turn keeps the time it is due
                     unsent.append(item)
+            finally:
+                self._done_sending(token, started)
         if unsent:
             try:
                 with self.engine.begin() as conn:
@@ -166,6 +172,36 @@ class Runtime:
             except Exception:  # the reconciler still finds them, only later
                 logger.warning("could not record %d unsent task(s)", len(unsent), exc_info=True)
         return sent
+
+    def _done_sending(self, token: int, started: float) -> None:
+        now = time.monotonic()
+        with self._send_lock:
+            del self._sending[token]
+            took_s, at = self._slowest
+            if now - started >= took_s or now - at > SEND_LAG_KEPT_S:
+                self._slowest = (now - started, now)
+            warn = now - started > SENT_WITHIN_S and now - self._warned_at > SLOW_SEND_WARN_S
+            if warn:
+                self._warned_at = now
+        if warn:
+            logger.warning(
+                "a send took %.1fs (a busy worker or broker): the fleet's reconcilers wait "
+                "as long before they take a missing message for lost",
+                now - started,
+            )
+
+    def send_lag_s(self) -> float:
+        """How long this process's sends take now: the age of its oldest send in flight,
+        or the slowest one that finished in the last :data:`SEND_LAG_KEPT_S`.
+
+        A saturated worker takes seconds to send what its commits made due; the fleet's
+        reconcilers wait that long before they take a missing message for lost.
+        """
+        now = time.monotonic()
+        with self._send_lock:
+            oldest = min(self._sending.values(), default=now)
+            took_s, at = self._slowest
+        return max(now - oldest, took_s if now - at <= SEND_LAG_KEPT_S else 0.0)
 
     def _sent(self, item: due.Dispatch, ms: float) -> None:
         with self._send_lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -95,6 +96,48 @@ def test_a_lost_turn_is_sent_again_on_the_second_pass(
     assert reconciler.run_once() == 1
     assert reconciler.run_once() == 0
     assert _sent(runtime) == [Dispatch(sid, "turn", 0, takeover=True)]
+
+
+def test_a_missing_turn_waits_as_long_as_the_fleets_slowest_sender_takes(
+    runtime: Runtime, probe: RedisBrokerProbe
+) -> None:
+    # Given a turn made due 8 s ago whose message the broker does not hold, and a live
+    # worker of the fleet whose sends take 6 s now (a saturated one)
+    _, (sid,) = make_run(runtime.engine)
+    _dispatched_ago(runtime, sid, 8.0)
+    probe.client.hset(probe.workers_key, "busy-host:1", str(time.time()))
+    probe.client.hset(probe.send_lags_key, "busy-host:1", "6.0")
+    reconciler = Reconciler(runtime, probe)
+    # When the reconciler makes two passes, Then it sends nothing: that worker may still
+    # be sending it
+    assert reconciler.run_once() + reconciler.run_once() == 0
+    # When that worker's sends are quick again, Then the next pass sends the turn, once
+    probe.client.hset(probe.send_lags_key, "busy-host:1", "0.1")
+    assert reconciler.run_once() == 1
+    assert reconciler.run_once() == 0
+    assert _sent(runtime) == [Dispatch(sid, "turn", 0, takeover=True)]
+
+
+def test_a_worker_reports_how_long_its_sends_take(runtime: Runtime) -> None:
+    # Given a worker whose one send in flight has taken a second so far
+    started = threading.Event()
+    release = threading.Event()
+
+    class Slow:
+        def send(self, item: Dispatch, *, delay_s: float = 0.0) -> None:
+            started.set()
+            release.wait(10)
+
+    slow = Runtime(settings=runtime.settings, engine=runtime.engine, dispatcher=Slow())
+    sending = threading.Thread(target=slow.send_all, args=([Dispatch(1, "turn", 0)],))
+    sending.start()
+    assert started.wait(10)
+    time.sleep(1.0)  # the send's own duration, which the lag reports
+    # Then its lag is at least that second, and stays so for a while after the send ends
+    assert slow.send_lag_s() >= 1.0
+    release.set()
+    sending.join(10)
+    assert slow.send_lag_s() >= 1.0
 
 
 def test_a_reserved_turn_is_lost_only_when_a_worker_fell_silent(
