@@ -172,13 +172,9 @@ class RedisBrokerProbe:
             beats, trips = pipe.execute()
         except redis.RedisError:
             return []
-        now = time.time()
+        live = self._beat_lately(beats)
         return [
-            float(ms)
-            for key, ms in trips.items()
-            if key.decode() != self.owner
-            and key in beats
-            and now - float(beats[key]) <= self.silence_s
+            float(ms) for key, ms in trips.items() if key in live and key.decode() != self.owner
         ]
 
     def queued(self) -> int | None:
@@ -202,15 +198,13 @@ class RedisBrokerProbe:
 
     def _send_lag_s(self, beats: dict[bytes, bytes], lags: dict[bytes, bytes]) -> float:
         """The longest send lag the live workers reported (a silent one sends nothing)."""
+        live = self._beat_lately(beats)
+        return max((float(lag) for key, lag in lags.items() if key in live), default=0.0)
+
+    def _beat_lately(self, beats: dict[bytes, bytes]) -> set[bytes]:
+        """The workers (keys of ``beats``) whose last heartbeat is within ``silence_s``."""
         now = time.time()
-        return max(
-            (
-                float(lag)
-                for key, lag in lags.items()
-                if key in beats and now - float(beats[key]) <= self.silence_s
-            ),
-            default=0.0,
-        )
+        return {key for key, at in beats.items() if now - float(at) <= self.silence_s}
 
     def _silent(self, beats: dict[bytes, bytes]) -> tuple[int, float | None]:
         """How many workers are presumed dead, and by when the last of them had died."""

@@ -61,15 +61,15 @@ class CeleryDispatcher:
         delay_s = max(delay_s, item.delay_s)
         countdown = delay_s if delay_s > 0 else None
         if item.kind == "turn":
-            name, queue, prefix, number = TURN_TASK, SESSIONS_QUEUE, "turn", "turn_no"
+            name, queue, number = TURN_TASK, SESSIONS_QUEUE, "turn_no"
         else:
-            name, prefix, number = VERIFY_TASK, "verify", "round_no"
+            name, number = VERIFY_TASK, "round_no"
             queue = VERIFY_QUEUES.get(item.verifier, VERIFY_QUEUE)
         kwargs = {"session_id": item.session_id, number: item.number}
         self.app.send_task(
             name,
             kwargs=kwargs,
-            task_id=f"{prefix}:{item.session_id}:{item.number}",
+            task_id=item.task_id,
             queue=queue,
             countdown=countdown,
             priority=TAKEOVER_PRIORITY if item.takeover else PRIORITY,

@@ -126,12 +126,8 @@ class Reconciler:
                 resent = due.redispatch(conn, items=lost, now=now)
             dispatches += resent
             # Those claimed or sent by another reconciler since were not sent again.
-            sent_again = {(d.kind, d.session_id, d.number) for d in resent}
-            lost = [
-                u
-                for u in lost
-                if (u.dispatch.kind, u.dispatch.session_id, u.dispatch.number) in sent_again
-            ]
+            sent_again = {d.task_id for d in resent}
+            lost = [u for u in lost if u.task_id in sent_again]
         if dispatches:
             logger.info(
                 "reconciler re-dispatching %d task(s): %d from the outbox, %d of lapsed or "

@@ -55,6 +55,12 @@ class Dispatch:
     tasks queued, as the work in flight it was (a verification waits seconds, not the
     length of a busy browser queue)."""
 
+    @property
+    def task_id(self) -> str:
+        """The id its task is sent with (``turn:<session>:<turn>``), the same every time:
+        the broker's messages are told apart by it."""
+        return f"{self.kind}:{self.session_id}:{self.number}"
+
 
 #: What a due session's dispatch is made of: its state, its numbers and its run's verifier.
 DUE_COLUMNS = (
@@ -77,8 +83,7 @@ def lease_owners(conn: Connection, *, now: datetime) -> list[str]:
         .where(
             sessions.c.status.in_(ACTIVE),
             sessions.c.lease_owner.is_not(None),
-            sessions.c.lease_expires_at.is_not(None),
-            ~claims.lease_lapsed(now),
+            ~claims.lease_free(now),
         )
         .distinct()
     ).scalars()
@@ -118,8 +123,7 @@ class Unclaimed:
     @property
     def task_id(self) -> str:
         """The id its task is sent with (``turn:<session>:<turn>``)."""
-        d = self.dispatch
-        return f"{d.kind}:{d.session_id}:{d.number}"
+        return self.dispatch.task_id
 
 
 def unclaimed(conn: Connection, *, before: datetime) -> list[Unclaimed]:
