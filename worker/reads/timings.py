@@ -88,21 +88,24 @@ def timing_figures(conn: Connection, run_id: int, *, duplicates: int) -> TurnTim
     """The ledger of run ``run_id``; ``duplicates`` is the run's count of skipped turn tasks."""
     t = turn_timings
     rows = conn.execute(
-        select(t.c.claimed_at, *[t.c[f"{p}_ms"] for p in PHASES], t.c.cpu_ms, t.c.reserve_cpu_ms)
+        select(
+            t.c.claimed_at,
+            *[t.c[f"{p}_ms"] for p in PHASES],
+            t.c.cpu_ms,
+            t.c.reserve_cpu_ms,
+            t.c.statements,
+            t.c.round_trips,
+        )
         .where(t.c.run_id == run_id)
         .order_by(t.c.claimed_at)
-    ).all()
-    sent = conn.execute(
-        select(t.c.statements, t.c.round_trips).where(
-            t.c.run_id == run_id, t.c.statements.is_not(None)
-        )
     ).all()
     phases = {
         p: [float(r[i + 1]) for r in rows if r[i + 1] is not None] for i, p in enumerate(PHASES)
     }
-    overhead = [_overhead(dict(zip(PHASES, r[1:-2], strict=True))) for r in rows]
+    overhead = [_overhead(dict(zip(PHASES, r[1 : 1 + len(PHASES)], strict=True))) for r in rows]
     cpu = [float(r.cpu_ms) for r in rows]
     reserve_cpu = [float(r.reserve_cpu_ms) for r in rows if r.reserve_cpu_ms is not None]
+    sent = [r for r in rows if r.statements is not None]
     return TurnTimings(
         turns=len(rows),
         overhead_ms=Percentiles.of(overhead),
