@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 
 import psutil
@@ -35,7 +35,15 @@ from verifier.chromium.binary import (
     resolve_sandbox,
 )
 from verifier.chromium.clock import step_budget_s
-from verifier.chromium.page import JUDGED_S, LOAD_TIMEOUT_S, WARMUP_S, BrowserReport, measure_page
+from verifier.chromium.page import (
+    JUDGED_S,
+    LOAD_TIMEOUT_S,
+    WARMUP_S,
+    BrowserReport,
+    StaleTab,
+    Tab,
+    measure_page,
+)
 from worker.errors import BrowserUnavailable
 
 __all__ = ["Browser", "BrowserReport", "BrowserUnavailable", "DisplayMode"]
@@ -49,16 +57,20 @@ LAUNCH_TIMEOUT_S = 30.0
 #: Time a measurement may take beyond its load and its stepping's own timeouts before
 #: Chromium counts as stuck.
 STUCK_SLACK_S = 40.0
+#: A tab left idle this long is closed, and its renderer's memory given back.
+TAB_IDLE_S = 30.0
 #: Longest wait for the browser, Playwright and the display to shut down.
 SHUTDOWN_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
 class _Chromium:
-    """A launched browser and its root process (None if it could not be found)."""
+    """A launched browser, its root process (None if it could not be found) and its tabs
+    waiting for their next artifact."""
 
     browser: PlaywrightBrowser
     root: psutil.Process | None
+    idle: list[Tab] = field(default_factory=list)
 
     def alive(self) -> bool:
         if not self.browser.is_connected():
@@ -119,6 +131,8 @@ class Browser:
         self._xvfb: Display | None = None
         self._chromium: _Chromium | None = None
         self._measuring: set[asyncio.Task[object]] = set()
+        # Idle tabs being closed: held here until done, as asyncio keeps only weak references.
+        self._closing: set[asyncio.Future[None]] = set()
 
     def __enter__(self) -> Browser:
         return self
@@ -134,7 +148,7 @@ class Browser:
     def measure(
         self, html: str, *, warmup_s: float = WARMUP_S, measure_s: float = JUDGED_S
     ) -> BrowserReport:
-        """Measure one artifact in a fresh offline context; blocks until done.
+        """Measure one artifact in an offline tab, as a new document; blocks until done.
 
         Args:
             html: The artifact, a complete HTML document.
@@ -209,14 +223,9 @@ class Browser:
             chromium = await self._ensure_chromium()
             try:
                 report = await asyncio.wait_for(
-                    measure_page(
-                        chromium.browser,
-                        html,
-                        warmup_s=warmup_s,
-                        measure_s=measure_s,
-                        is_alive=chromium.alive,
-                    ),
-                    timeout=LOAD_TIMEOUT_S
+                    self._measure_in_tab(chromium, html, warmup_s, measure_s),
+                    # A reused tab that cannot load gives way to a fresh one: two loads.
+                    timeout=2 * LOAD_TIMEOUT_S
                     + step_budget_s(warmup_s=warmup_s, judged_s=measure_s)
                     + STUCK_SLACK_S,
                 )
@@ -236,6 +245,44 @@ class Browser:
             len(report.blocked_requests),
         )
         return replace(report, sandboxed=self.sandboxed)
+
+    async def _measure_in_tab(
+        self, chromium: _Chromium, html: str, warmup_s: float, measure_s: float
+    ) -> BrowserReport:
+        """Measure in an idle tab of ``chromium``, or a fresh one; keep the tab if it may
+        judge again (:attr:`Tab.reusable`), close it otherwise."""
+        tab = chromium.idle.pop() if chromium.idle else await Tab.open(chromium.browser)
+        try:
+            try:
+                report = await measure_page(
+                    tab, html, warmup_s=warmup_s, measure_s=measure_s, is_alive=chromium.alive
+                )
+            except StaleTab as exc:
+                logger.info("%s; measuring it in a fresh tab", exc)
+                await tab.close()
+                tab = await Tab.open(chromium.browser)
+                report = await measure_page(
+                    tab, html, warmup_s=warmup_s, measure_s=measure_s, is_alive=chromium.alive
+                )
+        except BaseException:
+            await asyncio.shield(tab.close())
+            raise
+        if tab.reusable and chromium.alive():
+            chromium.idle.append(tab)
+            asyncio.get_running_loop().call_later(
+                TAB_IDLE_S, self._close_if_idle, chromium, tab, tab.judged
+            )
+        else:
+            await tab.close()
+        return report
+
+    def _close_if_idle(self, chromium: _Chromium, tab: Tab, judged: int) -> None:
+        """Close ``tab`` if it is still idle, and has judged nothing since ``judged``."""
+        if tab in chromium.idle and tab.judged == judged:
+            chromium.idle.remove(tab)
+            closing = asyncio.ensure_future(tab.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     async def _ensure_chromium(self) -> _Chromium:
         async with self._launching:

@@ -1,4 +1,4 @@
-"""One artifact measured in a fresh, offline browser context, in controlled time.
+"""One artifact measured in an offline browser tab, in controlled time.
 
 :func:`measure_page` is the body of :meth:`verifier.chromium.browser.Browser.measure`; it runs on
 the browser's event loop. It loads the page in real time, steps it through its first seconds
@@ -6,6 +6,18 @@ of page time (:mod:`verifier.chromium.clock`) and takes a screenshot. It blames 
 only for what the artifact can cause (a crashed tab, a blocked main thread, navigating away)
 and lets every other Playwright error through for the caller to report as an infrastructure
 fault.
+
+A :class:`Tab` (an offline browser context with one page) judges up to :data:`TAB_REUSE`
+artifacts one after the other: a fresh context costs a renderer process, its start and its
+shutdown, about 0.15 CPU-seconds, a tenth of judging a dashboard. Every artifact still starts
+clean: it is a new document, at an origin of its own (``http://<n>.artifact.invalid/``), so
+its storage (local and session storage, IndexedDB, caches) is its own; the tab's cookies are
+cleared before it loads, and its window name is reset before its first script runs. A tab
+whose artifact crashed, hung, navigated away or left a handler that runs when a document is
+left (``unload``, ``pagehide``, ``beforeunload``, ``visibilitychange``) is closed rather than
+reused; a reused tab that cannot load the next artifact in time is closed, and the artifact
+is measured again in a fresh one (:class:`StaleTab`), so a page is never blamed for what the
+one before it left behind.
 """
 
 from __future__ import annotations
@@ -19,7 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from playwright.async_api import Browser as PlaywrightBrowser
-from playwright.async_api import CDPSession, ConsoleMessage, Page, Route, ViewportSize
+from playwright.async_api import (
+    BrowserContext,
+    CDPSession,
+    ConsoleMessage,
+    Page,
+    Route,
+    ViewportSize,
+)
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
@@ -30,8 +49,13 @@ from verifier.chromium.probe import PROBE_GLOBAL, PROBE_JS
 
 logger = logging.getLogger(__name__)
 
-#: The artifact is served as this one document; every other request is aborted.
+#: The artifact is served as this one document; every other request is aborted. Measured
+#: artifacts are served at an origin of their own under it (:func:`artifact_url`), and the
+#: requests they make are reported as if made from this one.
 ARTIFACT_URL = "http://artifact.invalid/"
+#: Artifacts one tab judges before it is closed and a fresh one opened: what one document
+#: leaves in its renderer (caches, fragmented memory) does not pile up for long.
+TAB_REUSE = 24
 #: Viewport of every measurement context.
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 #: Seconds of page time the page runs after load before it is judged.
@@ -150,6 +174,8 @@ class _Observations:
     """Everything the page's event handlers record while it runs."""
 
     html: str
+    url: str = ARTIFACT_URL
+    """Where the artifact is served."""
     errors: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
     popups: list[str] = field(default_factory=list)
@@ -159,20 +185,10 @@ class _Observations:
     """The page navigated away or reloaded itself while it was measured."""
 
     def note(self, bucket: list[str], item: str) -> None:
+        # Reported as if served at ARTIFACT_URL, whichever origin this artifact had.
+        item = item.replace(self.url, ARTIFACT_URL)
         if len(bucket) < MAX_RECORDED and item not in bucket:
             bucket.append(item)
-
-    async def route(self, route: Route) -> None:
-        request = route.request
-        # Requests can still arrive while the context closes; they need no answer then.
-        with contextlib.suppress(PlaywrightError):
-            if request.url == ARTIFACT_URL and request.is_navigation_request():
-                await route.fulfill(
-                    status=200, content_type="text/html; charset=utf-8", body=self.html
-                )
-                return
-            self.note(self.blocked, request.url)
-            await route.abort("internetdisconnected")
 
     def on_console(self, message: ConsoleMessage) -> None:
         if message.type == "error" and not message.text.startswith(_BLOCKED_NOISE):
@@ -188,18 +204,118 @@ class _Observations:
         )
 
 
+class StaleTab(Exception):
+    """A reused tab could not load the next artifact in time.
+
+    What the artifact before it left behind may be the cause, not this one: the caller
+    closes the tab and measures the artifact again in a fresh one.
+    """
+
+
+def artifact_url(n: int) -> str:
+    """Where a tab serves its ``n``-th artifact: an origin of its own under ARTIFACT_URL."""
+    return f"http://a{n}.{ARTIFACT_URL.removeprefix('http://')}"
+
+
+class Tab:
+    """An offline browser context with one page, judging artifacts one after the other.
+
+    Open one with :meth:`open`; every handler of the context and the page reports to the
+    artifact being measured (``seen``), and nothing is recorded between two artifacts.
+    """
+
+    def __init__(self, context: BrowserContext) -> None:
+        self.context = context
+        self.page: Page | None = None
+        self.cdp: CDPSession | None = None
+        self.seen: _Observations | None = None
+        self.judged = 0
+        """Artifacts this tab has started to measure."""
+        self.spoiled = False
+        """The tab must not judge another artifact (see the module)."""
+
+    @classmethod
+    async def open(cls, browser: PlaywrightBrowser) -> Tab:
+        """Open a tab on ``browser``, with the clock and the probe installed."""
+        tab = cls(await browser.new_context(viewport=VIEWPORT))
+        try:
+            await tab.context.set_offline(True)
+            # The clock goes first: every script of the page, the probe's too, sees page time.
+            await tab.context.add_init_script(script=PROBE_JS)
+            await tab.context.route("**/*", tab._route)
+            tab.page = page = await tab.context.new_page()
+            page.on("console", tab._on_console)
+            page.on("pageerror", tab._on_page_error)
+            page.on("crash", tab._on_crash)
+            tab.context.on("page", tab._on_popup)
+            tab.cdp = await tab.context.new_cdp_session(page)
+        except BaseException:
+            await tab.close()
+            raise
+        return tab
+
+    @property
+    def reusable(self) -> bool:
+        """Whether the tab may judge another artifact."""
+        return (
+            not self.spoiled
+            and self.judged < TAB_REUSE
+            and self.page is not None
+            and not self.page.is_closed()
+        )
+
+    async def close(self) -> None:
+        """Close the context, and the renderer with it."""
+        with contextlib.suppress(PlaywrightError, TimeoutError):
+            await asyncio.wait_for(self.context.close(), timeout=LOAD_TIMEOUT_S)
+
+    async def _route(self, route: Route) -> None:
+        request, seen = route.request, self.seen
+        # Requests can still arrive while the context closes; they need no answer then.
+        with contextlib.suppress(PlaywrightError):
+            if seen is not None and request.url == seen.url and request.is_navigation_request():
+                await route.fulfill(
+                    status=200, content_type="text/html; charset=utf-8", body=seen.html
+                )
+                return
+            if seen is not None:
+                seen.note(seen.blocked, request.url)
+            await route.abort("internetdisconnected")
+
+    def _on_console(self, message: ConsoleMessage) -> None:
+        if self.seen is not None:
+            self.seen.on_console(message)
+
+    def _on_page_error(self, error: PlaywrightError) -> None:
+        if self.seen is not None:
+            self.seen.on_page_error(error)
+
+    def _on_crash(self, page: Page) -> None:
+        self.spoiled = True
+        if self.seen is not None:
+            self.seen.on_crash(page)
+
+    async def _on_popup(self, popup: Page) -> None:
+        if popup is self.page:
+            return
+        if self.seen is not None:
+            self.seen.note(self.seen.popups, popup.url)
+        with contextlib.suppress(PlaywrightError):
+            await popup.close()
+
+
 async def measure_page(
-    browser: PlaywrightBrowser,
+    tab: Tab,
     html: str,
     *,
     warmup_s: float,
     measure_s: float,
     is_alive: Callable[[], bool],
 ) -> BrowserReport:
-    """Load ``html`` offline in a fresh context, then step it through page time.
+    """Load ``html`` offline in ``tab``, then step it through page time.
 
     Args:
-        browser: A connected Playwright browser.
+        tab: An open tab, fresh or reused (:attr:`Tab.reusable`).
         html: The artifact, a complete HTML document.
         warmup_s: Seconds of page time stepped before the judged time.
         measure_s: Seconds of page time judged.
@@ -209,31 +325,34 @@ async def measure_page(
         The report; artifact failures (crash, hang, navigation) are recorded in it.
 
     Raises:
+        StaleTab: The tab was reused and could not load the artifact in time.
         playwright.async_api.Error: The browser failed in a way the artifact cannot cause.
     """
+    assert tab.page is not None and tab.cdp is not None, "Tab.open() opens the page"
     started = time.monotonic()
-    seen = _Observations(html)
-    context = await browser.new_context(viewport=VIEWPORT)
+    reused = tab.judged > 0
+    tab.judged += 1
+    seen = _Observations(html, url=artifact_url(tab.judged))
+    if reused:
+        await tab.context.clear_cookies()
+    tab.seen = seen
     try:
-        await context.set_offline(True)
-        # The clock goes first: every script of the page, the probe's too, sees page time.
-        await context.add_init_script(script=PROBE_JS)
-        await context.route("**/*", seen.route)
-        page = await context.new_page()
-        page.on("console", seen.on_console)
-        page.on("pageerror", seen.on_page_error)
-        page.on("crash", seen.on_crash)
-        context.on("page", lambda popup: _close_popup(popup, main=page, seen=seen))
-        cdp = await context.new_cdp_session(page)
         stepped = await _run_probe(
-            page, cdp, seen, warmup_s=warmup_s, measure_s=measure_s, is_alive=is_alive
+            tab.page,
+            tab.cdp,
+            seen,
+            warmup_s=warmup_s,
+            measure_s=measure_s,
+            is_alive=is_alive,
+            reused=reused,
         )
         png = None
         if not seen.crashed and not seen.hung:
-            png = await _screenshot(page, cdp, seen, is_alive=is_alive)
+            png = await _screenshot(tab.page, tab.cdp, seen, is_alive=is_alive)
     finally:
-        with contextlib.suppress(PlaywrightError, TimeoutError):
-            await asyncio.wait_for(context.close(), timeout=LOAD_TIMEOUT_S)
+        tab.seen = None
+    if stepped is None or seen.navigated or stepped.summary.get("leaveListeners"):
+        tab.spoiled = True
     return _report(stepped, seen, png, elapsed_s=time.monotonic() - started)
 
 
@@ -245,9 +364,19 @@ async def _run_probe(
     warmup_s: float,
     measure_s: float,
     is_alive: Callable[[], bool],
+    reused: bool,
 ) -> Stepped | None:
     try:
-        await page.goto(ARTIFACT_URL, wait_until="load", timeout=LOAD_TIMEOUT_S * 1000)
+        await page.goto(seen.url, wait_until="load", timeout=LOAD_TIMEOUT_S * 1000)
+    except PlaywrightTimeoutError as exc:
+        if reused and is_alive() and not seen.crashed:
+            raise StaleTab(f"a reused tab did not load the next artifact: {exc}") from None
+        _blame_page(exc, seen, is_alive=is_alive)
+        return None
+    except PlaywrightError as exc:
+        _blame_page(exc, seen, is_alive=is_alive)
+        return None
+    try:
         logger.debug("loaded artifact (%d bytes)", len(seen.html))
         stepped = await step_page(
             page, cdp, probe=PROBE_GLOBAL, warmup_s=warmup_s, judged_s=measure_s
@@ -325,14 +454,6 @@ def _blame_page(exc: Exception, seen: _Observations, *, is_alive: Callable[[], b
 def _blame_navigation(seen: _Observations) -> None:
     seen.navigated = True
     seen.note(seen.errors, "The page navigated away or reloaded itself during measurement.")
-
-
-async def _close_popup(popup: Page, *, main: Page, seen: _Observations) -> None:
-    if popup is main:
-        return
-    seen.note(seen.popups, popup.url)
-    with contextlib.suppress(PlaywrightError):
-        await popup.close()
 
 
 def _report(

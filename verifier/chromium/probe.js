@@ -15,7 +15,11 @@
   const stringify = JSON.stringify;
   const addListener = EventTarget.prototype.addEventListener;
   const rec = { draws: 0, nextAt: null, stepped: 0 };
-  const log = { ctx2d: 0, opens: [], sockets: [], inputs: 0, listens: new Set(), leaving: false };
+  const log = { ctx2d: 0, opens: [], sockets: [], inputs: 0, listens: new Set(), leaving: false,
+                leaves: new Set() };
+  // A tab judges several artifacts one after the other (page.py): each starts with the
+  // window name a fresh tab has (a frame's name is its own, and stays).
+  if (W === W.top && W.name) W.name = "";
   // A navigation the page starts (a reload, a link) commits only after the stepping task
   // that fired it has ended; beforeunload tells at once that this document is leaving.
   addListener.call(W, "beforeunload", () => { log.leaving = true; }, true);
@@ -39,8 +43,12 @@
       e.stopImmediatePropagation();
     }, true);
   }
+  // Handlers that run when the document is left: the tab that judged it is not reused, so
+  // none of them can delay or disturb the next artifact's load.
+  const leaveTypes = new Set(__LEAVES__);
   EventTarget.prototype.addEventListener = function addEventListener(type, ...rest) {
     if (inputTypes.has(type)) log.listens.add(type);
+    if (leaveTypes.has(type)) log.leaves.add(type);
     return addListener.call(this, type, ...rest);
   };
 
@@ -190,6 +198,9 @@
     for (const type of inputTypes) {
       if (targets.some((t) => t && typeof t["on" + type] === "function")) log.listens.add(type);
     }
+    for (const type of leaveTypes) {
+      if (targets.some((t) => t && typeof t["on" + type] === "function")) log.leaves.add(type);
+    }
   };
 
   // Between two frames the page's promise callbacks run (a few microtask turns, enough
@@ -279,6 +290,7 @@
       canvas: c ? [c.width, c.height] : null,
       inputsBlocked: log.inputs,
       inputListeners: [...log.listens].sort(),
+      leaveListeners: [...log.leaves].sort(),
       opens: log.opens.slice(),
       sockets: log.sockets.slice(),
       leaving: log.leaving,

@@ -28,11 +28,11 @@ page's rAF callbacks ran, hashing every canvas of at least 16x16 pixels after th
 named in ``sampleAt`` (and letting the page's other tasks run there); ``bench(runs)``, a
 fixed piece of work whose CPU time calibrates frame costs; ``sample()``, the canvases' hash
 now; and ``summary()``, what the page did besides frames (contexts, canvas size, input,
-popups, sockets).
+popups, sockets, handlers that run when the document is left).
 
 The scripts are ``clock.js`` and ``probe.js``, next to this module, so JavaScript tools can
 check them. Their ``__NAME__`` markers (``__GLOBAL__``, ``__CLOCK__``, ``__DRAWS__``,
-``__SOCKETS__``, ``__INPUTS__``; the
+``__SOCKETS__``, ``__INPUTS__``, ``__LEAVES__``; the
 placeholder dialect of ``worker.tasks.dashboard.pages``) are plain JS identifiers or string
 contents, so the file parses as it stands; they are filled in here, once per process.
 """
@@ -85,6 +85,10 @@ INPUT_EVENTS = (
     *("touchstart", "touchmove", "touchend", "touchcancel", "keydown", "keyup", "keypress"),
 )
 
+#: Events that run the page's handlers when its document is left; the probe records the
+#: ones it listens for, and a tab whose artifact did is not reused (see ``page.py``).
+LEAVE_EVENTS = ("unload", "pagehide", "beforeunload", "visibilitychange")
+
 _PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9]*)__")
 
 
@@ -109,6 +113,7 @@ _VALUES = {
     "DRAWS": json.dumps(list(DRAW_METHODS)),
     "SOCKETS": json.dumps(list(SOCKET_CONSTRUCTORS)),
     "INPUTS": json.dumps(list(INPUT_EVENTS)),
+    "LEAVES": json.dumps(list(LEAVE_EVENTS)),
 }
 
 #: The init script, the clock first; install it with

@@ -22,7 +22,7 @@ import verifier.chromium.binary
 from verifier.chromium.binary import DEFAULT_CHROMIUM_PATH, HEADLESS_SHELL_PATH, default_executable
 from verifier.chromium.browser import Browser, BrowserUnavailable, find_root
 from verifier.chromium.judge import Verdict, judge
-from verifier.chromium.page import measure_page
+from verifier.chromium.page import Tab, measure_page
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,94 @@ def test_crashed_tab_is_the_artifacts_failure(
     assert errors == ["The page crashed its browser tab (out of memory or a renderer fault)."]
     assert private_browser.measure(html).own_loop_share >= 0.9
     assert private_browser.browser_pids()[0] == root
+
+
+#: A page that leaves what it can behind it: storage, a cookie of the whole artifact
+#: domain, a window name and a global.
+_LEAVES_TRACES = """<!doctype html><canvas></canvas><script>
+localStorage.setItem("k", "left"); sessionStorage.setItem("k", "left");
+document.cookie = "k=left; domain=artifact.invalid; path=/"; window.name = "left";
+window.leftover = "left";
+</script>"""
+#: A page that reports, as a console error, what it finds of the one before it.
+_LOOKS_FOR_TRACES = """<!doctype html><canvas></canvas><script>
+console.error("found " + JSON.stringify([localStorage.getItem("k"),
+  sessionStorage.getItem("k"), document.cookie, window.name, window.leftover || ""]));
+</script>"""
+_FOUND_NOTHING = 'console.error: found [null,null,"","",""]'
+
+
+@pytest.mark.browser
+def test_a_tab_judges_the_next_artifact_as_a_new_document(private_browser: Browser) -> None:
+    # Given a page that leaves storage, a cookie, a window name and a global behind it
+    before = private_browser.measure(_LEAVES_TRACES, warmup_s=0.1, measure_s=0.2)
+    assert before.measured and not before.errors
+    renderers = [process.pid for process in _renderers(private_browser)]
+    # When the next artifact is judged
+    after = private_browser.measure(_LOOKS_FOR_TRACES, warmup_s=0.1, measure_s=0.2)
+    # Then it ran in the same renderer, and found none of it
+    assert [process.pid for process in _renderers(private_browser)] == renderers
+    assert len(renderers) == 1
+    assert after.errors == (_FOUND_NOTHING,)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(
+    "leave",
+    [
+        'addEventListener("pagehide", () => { for (;;) {} })',
+        'document.addEventListener("visibilitychange", () => { for (;;) {} })',
+        "window.onunload = () => { for (;;) {} }",
+    ],
+)
+def test_a_page_that_runs_code_when_left_is_not_followed_in_its_tab(
+    private_browser: Browser, leave: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a page whose handler loops for ever once its document is left
+    html = f"<!doctype html><canvas></canvas><script>{leave}</script>"
+    assert private_browser.measure(html, warmup_s=0.1, measure_s=0.2).measured
+    renderers = {process.pid for process in _renderers(private_browser)}
+    # When the next artifact is judged
+    with caplog.at_level(logging.INFO, logger="verifier.chromium.browser"):
+        after = private_browser.measure(_LOOKS_FOR_TRACES, warmup_s=0.1, measure_s=0.2)
+    # Then it is judged in a tab of its own from the start, not blamed for the loop
+    assert "fresh tab" not in caplog.text
+    assert after.measured
+    assert after.errors == (_FOUND_NOTHING,)
+    assert not renderers & {process.pid for process in _renderers(private_browser)}
+
+
+@pytest.mark.browser
+def test_a_tab_left_idle_is_closed(
+    private_browser: Browser, page_html: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a browser that closes tabs idle for a fifth of a second
+    monkeypatch.setattr("verifier.chromium.browser.TAB_IDLE_S", 0.2)
+    # When a page has been judged and nothing follows it
+    assert private_browser.measure(page_html("good.html"), warmup_s=0.1, measure_s=0.2).measured
+    renderers = _renderers(private_browser)
+    assert renderers
+    # Then its tab's renderer exits, and the next page is judged in a fresh tab
+    _, alive = psutil.wait_procs(renderers, timeout=30)
+    assert not alive
+    assert private_browser.measure(page_html("good.html")).own_loop_share >= 0.9
+
+
+@pytest.mark.browser
+def test_a_reused_tab_that_cannot_load_gives_way_to_a_fresh_one(
+    private_browser: Browser, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a tab kept for reuse although its page loops for ever once it is left
+    monkeypatch.setattr(Tab, "reusable", property(lambda tab: not tab.page.is_closed()))
+    html = "<!doctype html><canvas></canvas><script>onpagehide = () => { for (;;) {} }</script>"
+    assert private_browser.measure(html, warmup_s=0.1, measure_s=0.2).measured
+    # When the next artifact cannot load in it
+    with caplog.at_level(logging.INFO, logger="verifier.chromium.browser"):
+        after = private_browser.measure(_LOOKS_FOR_TRACES, warmup_s=0.1, measure_s=0.2)
+    # Then it is measured again in a fresh tab, and not blamed as hung
+    assert after.measured
+    assert after.errors == (_FOUND_NOTHING,)
+    assert "measuring it in a fresh tab" in caplog.text
 
 
 @pytest.mark.browser
