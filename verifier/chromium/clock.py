@@ -24,7 +24,10 @@ rendering happens between the frames of a stretch, which a 60 Hz display would h
 
 Every check about behaviour over time (the loop keeps running, the canvas keeps changing,
 no input is needed) is decided from page time, so it is the same on an idle and on a
-saturated machine. What a frame costs is measured, not inferred from a frame rate:
+saturated machine. A canvas that changed and then stood still through the last second
+while the page's loop ran on is watched for up to :data:`STILL_WATCH_S` more seconds, so a
+page that pauses is told from one that stopped. What a frame costs is measured, not
+inferred from a frame rate:
 
 * Every frame's work (timers, rAF callbacks, forced style and layout) is timed with the real
   clock inside the page (every frame: the cost is not sampled), and each call's main-thread
@@ -88,6 +91,12 @@ LATE_SAMPLE_FRAMES = 30
 #: Some canvas must change between two hashes taken within this many last seconds of the
 #: judged time (long enough for a dashboard that redraws its figures once a second).
 LATE_CHANGE_S = 1.0
+#: A canvas that changed, then showed the same pixels in every hash of the last
+#: :data:`LATE_CHANGE_S` while the page's loop kept running, is watched for up to this many
+#: more seconds of page time, hashed every :data:`LATE_SAMPLE_FRAMES`: a page that pauses
+#: (a traffic light's red phase, figures redrawn every few seconds) changes again, one whose
+#: animation has ended does not. Only the canvas checks read these frames.
+STILL_WATCH_S = 6.0
 #: Real milliseconds after which one ``evaluate`` call stops stepping frames and returns,
 #: at the next hash: a cheap page's 6 s take a few calls, a slow page's one per hash.
 CALL_BUDGET_MS = 250.0
@@ -133,6 +142,8 @@ class Stepped:
         first_at_ms: Page time of the first stepped frame (page time 0 is the document's
             start; the frames begin at the first frame boundary after the load).
         warmup_frames: How many of the first frames are the warm-up.
+        judged_frames: How many frames follow the warm-up in the judged time; any after
+            them were stepped only to watch a still canvas (:data:`STILL_WATCH_S`).
         ran: The page's rAF callbacks that ran in each frame.
         cost_ms: Each frame's CPU milliseconds on this machine.
         keys: (page ms, canvas key) after each frame of :func:`sample_frames` (page ms -1:
@@ -145,6 +156,7 @@ class Stepped:
 
     first_at_ms: float
     warmup_frames: int
+    judged_frames: int
     ran: list[int]
     cost_ms: list[float]
     keys: list[tuple[float, str | None]]
@@ -180,7 +192,7 @@ def step_limit_s(*, total_frames: int) -> float:
 
 def step_budget_s(*, warmup_s: float, judged_s: float) -> float:
     """Longest real time :func:`step_page` can take before one of its limits is reached."""
-    total = round(warmup_s * DISPLAY_HZ) + round(judged_s * DISPLAY_HZ)
+    total = _frames(warmup_s) + _frames(judged_s) + _frames(STILL_WATCH_S)
     # The benchmark's calls, Performance.enable and the summary, then the frames, and the
     # last step call, which may run past their limit.
     calls = 2 * BENCH_RUNS + 4
@@ -219,20 +231,25 @@ async def step_page(
     """
     await _timed(cdp.send("Performance.enable", {"timeDomain": "threadTicks"}))
     bench_ms = await _bench_ms(page, cdp, probe)
-    warmup = round(warmup_s * DISPLAY_HZ)
-    total = warmup + round(judged_s * DISPLAY_HZ)
-    sample_at = sample_frames(warmup_frames=warmup, total_frames=total)
+    warmup = _frames(warmup_s)
+    judged = warmup + _frames(judged_s)
+    sample_at = sample_frames(warmup_frames=warmup, total_frames=judged)
     keys: list[tuple[float, str | None]] = []
     ran: list[int] = []
     cost_ms: list[float] = []
     shares: list[float] = []
     first_at_ms, judged_draws, rate = -1.0, 0, 1.0
     document_id, leaving = None, False
-    deadline = asyncio.get_running_loop().time() + step_limit_s(total_frames=total)
+    deadline = asyncio.get_running_loop().time() + step_limit_s(
+        total_frames=judged + _frames(STILL_WATCH_S)
+    )
     before = await _task_s(cdp)
+    total = judged
     while len(ran) < total:
-        # A call never straddles the end of the warm-up, so its draws are judged or not.
-        size = (warmup if len(ran) < warmup else total) - len(ran)
+        # A call never straddles the end of the warm-up or of the judged time, so its draws
+        # are judged or not.
+        end = warmup if len(ran) < warmup else judged if len(ran) < judged else total
+        size = end - len(ran)
         raw = await _timed(
             page.evaluate(_STEP_CALL.format(g=probe), [size, rate, CALL_BUDGET_MS, sample_at]),
             timeout_s=_step_timeout_s(sample_at, stepped=len(ran), until=len(ran) + size),
@@ -254,10 +271,13 @@ async def step_page(
         rate = statistics.median(shares[-RATE_CALLS:])
         if first_at_ms < 0:
             first_at_ms = float(raw["atMs"]) - (len(raw["ran"]) - 1) * FRAME_MS
-        if len(ran) >= warmup:
+        if warmup <= len(ran) < judged:
             judged_draws += int(raw["draws"])
         ran.extend(int(n) for n in raw["ran"])
         keys.extend((float(at_ms), None if key is None else str(key)) for at_ms, key in raw["keys"])
+        if len(ran) == total and total - judged < _frames(STILL_WATCH_S) and _paused(keys, ran):
+            total += LATE_SAMPLE_FRAMES
+            sample_at.append(total)
         if len(ran) < total and asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"only {len(ran)} of {total} frames stepped in time")
     summary = await _timed(page.evaluate(_SUMMARY_CALL.format(g=probe)))
@@ -265,6 +285,7 @@ async def step_page(
     return Stepped(
         first_at_ms=max(first_at_ms, 0.0),
         warmup_frames=warmup,
+        judged_frames=judged - warmup,
         ran=ran,
         cost_ms=cost_ms,
         keys=keys,
@@ -273,6 +294,25 @@ async def step_page(
         cpu_share=statistics.median(shares) if shares else 1.0,
         summary=summary,
     )
+
+
+def _frames(seconds: float) -> int:
+    return round(seconds * DISPLAY_HZ)
+
+
+def _paused(keys: list[tuple[float, str | None]], ran: list[int]) -> bool:
+    """Whether a canvas changed once, has shown the same pixels in every hash of the last
+    :data:`LATE_CHANGE_S` (or since the watch began), and the page's loop still runs."""
+    if not ran or ran[-1] == 0 or not keys or keys[-1][1] is None:
+        return False
+    last_ms, last = keys[-1]
+    still_from_ms = last_ms
+    for at_ms, key in reversed(keys):
+        if key != last:
+            break
+        still_from_ms = at_ms
+    changed = any(a != b and None not in (a, b) for (_, a), (_, b) in itertools.pairwise(keys))
+    return changed and last_ms - still_from_ms >= LATE_CHANGE_S * 1000 - 0.5
 
 
 async def _bench_ms(page: Page, cdp: CDPSession, probe: str) -> float:

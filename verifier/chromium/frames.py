@@ -31,6 +31,8 @@ class FrameFigures:
         late_page_frames: Frames of the late window in which the page's callbacks ran.
         last_frame_s: When the page's callbacks last ran (None: never).
         judged_until_s: When the judged time ended.
+        watched_until_s: When the stepping ended: the judged time's end, or later when a
+            still canvas was watched on (:data:`~verifier.chromium.clock.STILL_WATCH_S`).
         canvas_changed: Whether any canvas changed between two hashes in the judged time.
         change_span_s: The last seconds in which a canvas must change.
         canvas_changed_late: Whether one did, between two hashes in that span.
@@ -51,6 +53,7 @@ class FrameFigures:
     late_page_frames: int
     last_frame_s: float | None
     judged_until_s: float
+    watched_until_s: float
     canvas_changed: bool
     change_span_s: float
     canvas_changed_late: bool
@@ -63,14 +66,16 @@ class FrameFigures:
 def frame_figures(stepped: Stepped) -> FrameFigures:
     """Read the figures the checks need off a stepped page."""
     at = [stepped.first_at_ms + i * FRAME_MS for i in range(len(stepped.ran))]
-    judged = range(stepped.warmup_frames, len(stepped.ran))
+    judged = range(
+        stepped.warmup_frames, min(len(stepped.ran), stepped.warmup_frames + stepped.judged_frames)
+    )
     ran = [i for i in judged if stepped.ran[i] > 0]
     window_s = len(judged) * FRAME_MS / 1000
     late_n = min(round(LATE_WINDOW_S * 1000 / FRAME_MS), len(judged) // 2)
     late = judged[len(judged) - late_n :] if late_n else range(0)
     span = range(ran[0], ran[-1] + 1) if ran else range(0)
     every_ran = [i for i, n in enumerate(stepped.ran) if n > 0]
-    end_ms = at[-1] if at else 0.0
+    end_ms = at[judged[-1]] if judged else 0.0
     change_s = min(LATE_CHANGE_S, window_s)
     changed, changed_late, last_change = _changes(
         stepped,
@@ -90,6 +95,7 @@ def frame_figures(stepped: Stepped) -> FrameFigures:
         late_page_frames=sum(1 for i in late if stepped.ran[i] > 0),
         last_frame_s=at[every_ran[-1]] / 1000 if every_ran else None,
         judged_until_s=end_ms / 1000,
+        watched_until_s=(at[-1] if at else 0.0) / 1000,
         canvas_changed=changed,
         change_span_s=change_s,
         canvas_changed_late=changed_late,

@@ -124,6 +124,12 @@ _NEVER_RAN = (
     "animation going by calling requestAnimationFrame(frame) again at the end of every frame "
     "callback."
 )
+_NEVER_RAN_BLOCKED = (
+    "The page's own requestAnimationFrame callbacks never ran while it was judged, and it "
+    "tried to load resources that cannot load offline (see no_blocked_requests): if the loop "
+    "waits for one of them (an image's onload, a fetch), it never starts; inline what it "
+    "needs and start the loop when the page loads."
+)
 _KEEP_GOING = (
     "a dashboard must keep animating for as long as it is open, so do not end the loop after "
     "a number of frames, a timeout or a finished intro: call requestAnimationFrame(frame) at "
@@ -151,6 +157,17 @@ def _input_hint(report: BrowserReport, *, full: bool) -> str:
     )
 
 
+def _still_without_input(report: BrowserReport) -> str:
+    """A sentence for a page whose loop runs but whose canvas moves only with input."""
+    if not report.input_listeners:
+        return ""
+    kinds = ", ".join(report.input_listeners[:_QUOTED])
+    return (
+        f" The page listens for {kinds}, and no input reaches it while it is judged: it must "
+        "move on its own, input may only change what it shows."
+    )
+
+
 def _still(report: BrowserReport, *, full: bool = False) -> str | None:
     """The hint for a page whose own loop did not run at all, or None if it ran."""
     if not report.measured:
@@ -158,7 +175,7 @@ def _still(report: BrowserReport, *, full: bool = False) -> str | None:
     if _needs_input(report):
         return _input_hint(report, full=full)
     if report.page_frames == 0:
-        return _NEVER_RAN
+        return _NEVER_RAN_BLOCKED if report.blocked_requests else _NEVER_RAN
     return None
 
 
@@ -261,7 +278,13 @@ def _loop_keeps_running(report: BrowserReport) -> Check:
 
 def _canvas_changes(report: BrowserReport) -> Check:
     late_from = report.judged_until_s - report.change_span_s
-    if report.canvas_changed_late:
+    resumed_s = report.last_change_s or 0.0
+    if report.canvas_changed_late and resumed_s > report.judged_until_s + 0.01:
+        detail = (
+            f"The canvas stood still from {late_from:.1f} s after load and changed again at "
+            f"{resumed_s:.1f} s: the page paused, it did not stop."
+        )
+    elif report.canvas_changed_late:
         detail = (
             f"The canvas pixels were still changing {late_from:.1f}-"
             f"{report.judged_until_s:.1f} s after load."
@@ -288,14 +311,15 @@ def _canvas_changes(report: BrowserReport) -> Check:
             )
         detail = (
             f"The canvas stopped changing {report.last_change_s:.1f} s after load and showed "
-            f"the same pixels from then up to {report.judged_until_s:.1f} s, {cause}."
+            f"the same pixels from then up to {report.watched_until_s:.1f} s, {cause}."
+            + _still_without_input(report)
         )
     else:
         width, height = report.canvas_size
         detail = (
             "Every canvas showed exactly the same pixels throughout the measurement (the "
             f"largest is {width}x{height}); redraw one every frame with something that moves "
-            "or changes."
+            "or changes." + _still_without_input(report)
         )
     return Check("canvas_changes", report.canvas_changed_late, report.canvas_changed_late, detail)
 

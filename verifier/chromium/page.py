@@ -10,7 +10,7 @@ fault.
 A :class:`Tab` (an offline browser context with one page) judges up to :data:`TAB_REUSE`
 artifacts one after the other: a fresh context costs a renderer process, its start and its
 shutdown, about 0.15 CPU-seconds, a tenth of judging a dashboard. Every artifact still starts
-clean: it is a new document, at an origin of its own (``http://<n>.artifact.invalid/``), so
+clean: it is a new document, at an origin of its own (``http://a<n>.artifact.localhost/``), so
 its storage (local and session storage, IndexedDB, caches) is its own; the tab's cookies are
 cleared before it loads, and its window name is reset before its first script runs. A tab
 whose artifact crashed, hung, navigated away or left a handler that runs when a document is
@@ -51,8 +51,12 @@ logger = logging.getLogger(__name__)
 
 #: The artifact is served as this one document; every other request is aborted. Measured
 #: artifacts are served at an origin of their own under it (:func:`artifact_url`), and the
-#: requests they make are reported as if made from this one.
-ARTIFACT_URL = "http://artifact.invalid/"
+#: requests they make are reported as if made from this one. A ``localhost`` name makes the
+#: page a secure context, as a file opened in a browser is (``crypto.randomUUID``,
+#: ``navigator.mediaDevices`` exist), without mixed-content rules that would block an
+#: ``http:`` load before the verifier sees it; nothing ever reaches a network or a resolver:
+#: every request is answered or aborted by the context's route.
+ARTIFACT_URL = "http://artifact.localhost/"
 #: Artifacts one tab judges before it is closed and a fresh one opened: what one document
 #: leaves in its renderer (caches, fragmented memory) does not pile up for long.
 TAB_REUSE = 24
@@ -108,6 +112,8 @@ class BrowserReport:
         canvas_changed_late: Whether any canvas changed between two hashes in that span.
         last_change_s: Seconds after load of the last canvas change seen (None: never).
         judged_until_s: Seconds after load at which the judged time ended.
+        watched_until_s: Seconds after load at which the stepping ended: later than
+            ``judged_until_s`` when a canvas that stood still was watched on.
         inputs_blocked: Trusted input events kept from the page.
         input_listeners: Input events the page listens for (``mousemove``, ...).
         errors: Uncaught exceptions, console errors and crash or hang notes.
@@ -159,6 +165,7 @@ class BrowserReport:
     canvas_changed_late: bool
     last_change_s: float | None
     judged_until_s: float
+    watched_until_s: float
     inputs_blocked: int
     input_listeners: tuple[str, ...]
     sandboxed: bool | None = None
@@ -191,6 +198,8 @@ class _Observations:
             bucket.append(item)
 
     def on_console(self, message: ConsoleMessage) -> None:
+        # The page's own console.error calls reach the probe, not DevTools (probe.js); what
+        # comes here is Chromium's own (a refused script, a policy violation).
         if message.type == "error" and not message.text.startswith(_BLOCKED_NOISE):
             self.note(self.errors, f"console.error: {message.text}")
 
@@ -384,6 +393,8 @@ async def _run_probe(
     except (PlaywrightError, TimeoutError) as exc:
         _blame_page(exc, seen, is_alive=is_alive)
         return None
+    for text in stepped.summary.get("consoleErrors", []):
+        seen.note(seen.errors, f"console.error: {text}")
     if stepped.summary.get("leaving"):
         _blame_navigation(seen)
         return None
@@ -493,6 +504,7 @@ def _report(
         canvas_changed_late=False,
         last_change_s=None,
         judged_until_s=0.0,
+        watched_until_s=0.0,
         inputs_blocked=int(summary.get("inputsBlocked", 0)),
         input_listeners=tuple(str(kind) for kind in summary.get("inputListeners", [])),
     )
@@ -523,6 +535,7 @@ def _report(
         canvas_changed_late=f.canvas_changed_late,
         last_change_s=f.last_change_s,
         judged_until_s=f.judged_until_s,
+        watched_until_s=f.watched_until_s,
         frame_ms_p95=f.frame_ms_p95,
         frame_ms_p95_here=f.frame_ms_p95_here,
         speed_scale=stepped.speed_scale,

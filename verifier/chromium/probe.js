@@ -16,7 +16,9 @@
   const addListener = EventTarget.prototype.addEventListener;
   const rec = { draws: 0, nextAt: null, stepped: 0 };
   const log = { ctx2d: 0, opens: [], sockets: [], inputs: 0, listens: new Set(), leaving: false,
-                leaves: new Set() };
+                leaves: new Set(), consoleErrors: [] };
+  // Distinct console.error texts kept per document.
+  const MAX_CONSOLE_ERRORS = 50;
   // A tab judges several artifacts one after the other (page.py): each starts with the
   // window name a fresh tab has (a frame's name is its own, and stays).
   if (W === W.top && W.name) W.name = "";
@@ -140,6 +142,25 @@
       return orig.apply(this, arguments);
     };
   }
+
+  // The page's console writes nothing out: every call of a console method would otherwise
+  // go to the verifier over DevTools, and a page that logs in a tight loop (hundreds of
+  // thousands of calls) would swamp it and the browser for every artifact after it. Errors
+  // are kept here, the first few of each text, for no_page_errors.
+  const con = W.console;
+  for (const name of Object.keys(con)) {
+    if (typeof con[name] === "function") con[name] = function () {};
+  }
+  con.error = function error(...args) {
+    const text = args.map((a) => {
+      if (typeof a === "string") return a;
+      if (a instanceof Error) return String(a);
+      try { return stringify(a) ?? String(a); } catch (e) { return String(a); }
+    }).join(" ");
+    if (log.consoleErrors.length < MAX_CONSOLE_ERRORS && !log.consoleErrors.includes(text)) {
+      log.consoleErrors.push(text);
+    }
+  };
 
   W.open = function open(url) {
     log.opens.push(url === undefined ? "" : String(url));
@@ -293,6 +314,7 @@
       leaveListeners: [...log.leaves].sort(),
       opens: log.opens.slice(),
       sockets: log.sockets.slice(),
+      consoleErrors: log.consoleErrors.slice(),
       leaving: log.leaving,
     };
   };

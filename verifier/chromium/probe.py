@@ -9,6 +9,9 @@ originals so the artifact cannot disturb the measurement by replacing them later
 
 * ``HTMLCanvasElement.getContext``: counts ``'2d'`` contexts and remembers them for hashing;
 * ``CanvasRenderingContext2D`` drawing methods: counts draw calls;
+* ``console``: its methods write nothing; ``console.error`` texts are kept for the report
+  (a page logging in a tight loop would otherwise flood DevTools, the driver and the
+  verifier, and hold up every artifact after it);
 * ``window.open``: recorded and refused (returns ``null``, as a popup blocker does);
 * ``WebSocket`` / ``EventSource`` / ``RTCPeerConnection``: recorded, then the constructor
   throws a ``NetworkError`` ``DOMException`` so no socket is ever attempted;

@@ -140,8 +140,9 @@ def test_crashed_tab_is_the_artifacts_failure(
 #: domain, a window name and a global.
 _LEAVES_TRACES = """<!doctype html><canvas></canvas><script>
 localStorage.setItem("k", "left"); sessionStorage.setItem("k", "left");
-document.cookie = "k=left; domain=artifact.invalid; path=/"; window.name = "left";
+document.cookie = "k=left; domain=artifact.localhost; path=/"; window.name = "left";
 window.leftover = "left";
+if (!document.cookie.includes("k=left")) console.error("the cookie was refused");
 </script>"""
 #: A page that reports, as a console error, what it finds of the one before it.
 _LOOKS_FOR_TRACES = """<!doctype html><canvas></canvas><script>

@@ -86,6 +86,50 @@ BROWSER_VERDICTS = {
     "cheap_many_particles.html": [],
 }
 
+#: Real pages from public repositories (``pages/real/PROVENANCE.md``), each with the verdict a
+#: person gives it: a self-contained page that keeps animating on its own on a 2D canvas
+#: passes, and fails exactly the checks that say what keeps it from that.
+REAL_VERDICTS = {
+    "real/as-fireworks.html": [],
+    "real/as-fourier-epicycles.html": [],
+    "real/as-phyllotaxis-accumulating.html": [],
+    "real/as-planets-orbits.html": [],
+    # changes once a second, by new Date()
+    "real/as-ring-clock.html": [],
+    "real/as-times-table.html": [],
+    "real/es-constellation-quotes.html": [],
+    "real/es-flow-field-trails.html": [],
+    "real/es-golden-ratio-particles.html": [],
+    "real/lbm-fractal-tree-sway.html": [],
+    "real/lbm-traffic-sim-gpt52.html": [],
+    # the queue stands still through each 4 s red light, then moves on
+    "real/lbm-traffic-light-reference.html": [],
+    # every pixel computed in script in every frame
+    "real/lbm-wave-interference-per-pixel.html": ["frame_cost"],
+    "real/lbm-conway-setinterval.html": ["raf_loop"],
+    "real/lbm-sorting-race-settimeout.html": ["raf_loop"],
+    "real/gauge-drawn-once.html": ["raf_loop"],
+    "real/as-lsystem-tree-keypress.html": ["raf_loop"],
+    "real/es-simplex-noise-cdn.html": ["no_external_url"],
+    "real/es-threejs-cdn-webgl.html": ["canvas_2d", "no_external_url"],
+    # follows the mouse, and sits still without it
+    "real/as-mouse-follower.html": ["canvas_changes"],
+    "real/mdn-drawing-app-mouse-only.html": ["canvas_changes"],
+    # its loop starts once a sprite sheet loads from the network
+    "real/mdn-walking-sprite-image.html": [
+        *NOT_ANIMATING[:3],
+        "canvas_changes",
+        "no_blocked_requests",
+        "screenshot_not_blank",
+    ],
+    # the first frame throws before it asks for the next
+    "real/lbm-particle-gravity-addcolorstop-error.html": [*NOT_ANIMATING, "no_page_errors"],
+    # the loop starts once a camera delivers a stream; without one it never does
+    "real/as-webcam-mosaic.html": [*NOT_ANIMATING, "screenshot_not_blank"],
+    # draws its whole maze within the warm-up, then logs half a million lines and stops
+    "real/as-10print-raf-fanout.html": NOT_ANIMATING,
+}
+
 #: What a failing check must say (a regular expression), for pages whose hint used to point
 #: at the wrong fix. The stop times are those of an idle machine, with room for a busy one.
 EXPECTED_HINTS = {
@@ -174,6 +218,19 @@ def test_browser_verdicts(
             assert "setTimeout" not in check.detail, check
     for check in verdict.checks:
         assert check.detail.endswith("."), check
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(("name", "failed"), REAL_VERDICTS.items())
+def test_real_pages_get_the_verdict_a_person_gives(
+    browser: Browser, page_html: Callable[[str], str], min_fps: float, name: str, failed: list[str]
+) -> None:
+    # Given a page taken unchanged from a public repository
+    # When it is judged
+    verdict = judge(page_html(name), browser=browser, min_fps=min_fps)
+    # Then exactly the checks a person would fail it for fail, each saying why
+    assert verdict.failed == failed, [c.detail for c in verdict.checks if not c.passed]
+    assert all(check.detail.endswith(".") for check in verdict.checks)
 
 
 @pytest.mark.browser
@@ -343,8 +400,11 @@ def every_core_busy() -> Iterator[list[subprocess.Popen[bytes]]]:
 def test_the_corpus_gets_the_same_verdicts_on_an_idle_and_on_a_saturated_machine(
     browser: Browser, page_html: Callable[[str], str], min_fps: float
 ) -> None:
-    # Given every page the browser judges
-    names = list(BROWSER_VERDICTS)
+    # Given every page the browser judges, written for the corpus or real
+    names = [
+        *BROWSER_VERDICTS,
+        *(name for name, failed in REAL_VERDICTS.items() if not set(failed) & set(STATIC)),
+    ]
 
     def verdicts() -> dict[str, list[str]]:
         return {
@@ -361,4 +421,71 @@ def test_the_corpus_gets_the_same_verdicts_on_an_idle_and_on_a_saturated_machine
     logger.info("loaded: %s", loaded)
     assert still_spinning
     assert loaded == idle
-    assert idle == BROWSER_VERDICTS
+    assert idle == {name: {**BROWSER_VERDICTS, **REAL_VERDICTS}[name] for name in names}
+
+
+def _pausing_page(*, resumes: bool) -> str:
+    """A page whose colour changes every frame, stands still from 4.5 s of page time while
+    its loop runs on, and (``resumes``) changes again from 8 s."""
+    moving = "t < 4500 || t >= 8000" if resumes else "t < 4500"
+    return (
+        "<canvas width=200 height=100></canvas><script>"
+        "const ctx = document.querySelector('canvas').getContext('2d');"
+        "function frame(t) { if (" + moving + ") { ctx.fillStyle = `hsl(${t / 10 % 360}, "
+        "80%, 50%)`; ctx.fillRect(0, 0, 200, 100); } requestAnimationFrame(frame); }"
+        "requestAnimationFrame(frame);</script>"
+    )
+
+
+@pytest.mark.browser
+def test_a_canvas_that_pauses_is_told_from_one_that_stopped(
+    browser: Browser, min_fps: float
+) -> None:
+    # Given two pages whose canvas stands still from 4.5 s while their loops run on, one of
+    # which moves again from 8 s, past the judged time
+    # When both are judged
+    paused = judge(_pausing_page(resumes=True), browser=browser, min_fps=min_fps)
+    stopped = judge(_pausing_page(resumes=False), browser=browser, min_fps=min_fps)
+    # Then the one that moves again passes, saying it paused, and the other fails after it
+    # was watched for as long again, saying so
+    assert paused.passed, [c.detail for c in paused.checks if not c.passed]
+    change = next(c for c in paused.checks if c.name == "canvas_changes")
+    assert re.search(r"changed again at 8\.\d s: the page paused", change.detail)
+    assert stopped.failed == ["canvas_changes"]
+    still = next(c for c in stopped.checks if c.name == "canvas_changes")
+    assert re.search(r"stopped changing 4\.\d s after load .* up to 12\.\d s", still.detail)
+
+
+@pytest.mark.browser
+def test_a_page_is_a_secure_context_as_a_file_is(browser: Browser, min_fps: float) -> None:
+    # Given a page that names its data with crypto.randomUUID(), which only a secure context
+    # (a file opened in a browser, https, localhost) has
+    html = (
+        "<canvas width=200 height=100></canvas><script>"
+        "const id = crypto.randomUUID(); const ctx = document.querySelector('canvas')"
+        ".getContext('2d'); function frame(t) { ctx.fillStyle = `hsl(${t / 10 % 360}, 80%, "
+        "50%)`; ctx.fillRect(0, 0, 200, 100); ctx.fillStyle = '#fff'; ctx.fillText(id, 4, 50);"
+        " requestAnimationFrame(frame); } requestAnimationFrame(frame);</script>"
+    )
+    # When it is judged
+    verdict = judge(html, browser=browser, min_fps=min_fps)
+    # Then it runs as it does from a file: without errors
+    assert verdict.passed, [c.detail for c in verdict.checks if not c.passed]
+
+
+@pytest.mark.browser
+def test_a_page_that_floods_its_console_holds_up_nothing_after_it(
+    browser: Browser, page_html: Callable[[str], str], min_fps: float
+) -> None:
+    # Given a page that logs half a million lines as it loads, and reports one error
+    html = (
+        "<canvas></canvas><script>console.error('first', {n: 1});"
+        "for (let i = 0; i < 500000; i++) console.log('line', i);</script>"
+    )
+    # When it is measured, and the good dashboard after it
+    report = browser.measure(html, warmup_s=0.1, measure_s=0.5)
+    verdict = judge(page_html("good.html"), browser=browser, min_fps=min_fps)
+    # Then the flood is measured like any page, its error kept, and the next page judged
+    assert report.measured
+    assert report.errors == ('console.error: first {"n":1}',)
+    assert verdict.passed, [c.detail for c in verdict.checks if not c.passed]
