@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import pairwise
-from typing import Any
+from typing import Any, Literal
 
 import click
 import psutil
@@ -255,8 +255,13 @@ def measure(
     interval_s: float,
     idle_s: float,
     timeout_s: float,
+    verify: Literal["task", "static"] = "task",
 ) -> dict[str, Any]:
-    """One repetition: a fresh worker, an idle window, one run to its end."""
+    """One repetition: a fresh worker, an idle window, one run to its end.
+
+    ``verify`` is the run's: ``task`` judges each handoff in Chromium, ``static`` in the
+    handoff's own commit.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
     env.update(SWARM_DATABASE_URL=rt.settings.database_url, SWARM_BROKER_URL=rt.settings.broker_url)
     worker = Worker(env, interval_s)
@@ -265,7 +270,7 @@ def measure(
         time.sleep(idle_s)  # the idle measurement window, not a wait for work
         idle = statistics.median(rss for _, rss in list(worker.samples))
         started = time.monotonic()
-        config = RunConfig(waves=str(spec), seed=seed, sim_latency_ms=latency_ms)
+        config = RunConfig(waves=str(spec), seed=seed, sim_latency_ms=latency_ms, verify=verify)
         run_id, figures = run_to_end(rt, config, timeout_s=timeout_s)
         wall_s = time.monotonic() - started
         peak = max((rss for at, rss in list(worker.samples) if at >= started), default=idle)
