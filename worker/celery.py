@@ -24,7 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from worker.agent.turn import run_turn
 from worker.errors import TransientError
-from worker.fleet import redis_transport, sampler
+from worker.fleet import collector, redis_transport, sampler
 from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
 from worker.fleet.intake import Intake
@@ -321,6 +321,8 @@ def _session_of(args: Any, kwargs: Any) -> int | None:
 
 
 def _start_sampler(celery_app: SwarmCelery) -> None:
+    # The process is about to run tasks: what it loaded so far lives as long as it does.
+    collector.settle()
     sampler.start_sampler(
         engine=celery_app.runtime.engine,
         settings=celery_app.settings,
