@@ -53,6 +53,7 @@ from worker.reads.ladders import Target
 from worker.reads.queries import latest_run_id, session_rows
 from worker.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
 from worker.store.control import cancel_ladder, cancel_run, resume_run
+from worker.store.endings import count_endings
 from worker.store.engine import make_engine, migrate, utcnow
 from worker.store.roles import VERIFY_ROLE, enable_verify_login
 from worker.tasks.registry import load_task
@@ -305,11 +306,14 @@ def cancel(settings: Settings, run_or_ladder: str) -> None:
     """Cancel a run (12) or a ladder (L3): no new turn, wave or tier starts; turns in flight
     finish and are recorded."""
     target = Target.parse(run_or_ladder)
-    with open_store(settings) as engine, engine.begin() as conn:
-        if target.kind == "ladder":
-            done = cancel_ladder(conn, ladder_id=target.id, now=utcnow())
-        else:
-            done = cancel_run(conn, run_id=target.id, now=utcnow())
+    with open_store(settings) as engine:
+        with engine.begin() as conn:
+            if target.kind == "ladder":
+                done = cancel_ladder(conn, ladder_id=target.id, now=utcnow())
+            else:
+                done = cancel_run(conn, run_id=target.id, now=utcnow())
+        # The sessions it ended count on their waves, which the last of them closes.
+        count_endings(engine, now=utcnow())
     what = f"ladder {target}" if target.kind == "ladder" else f"run {target}"
     click.echo(
         f"{what} cancelled: {done.ended} sessions ended now, {done.in_flight} "

@@ -12,7 +12,7 @@ from scheduler.cli import follow
 from tests.factories import make_run
 from worker.reads.figures import run_figures
 from worker.states import Outcome
-from worker.store.endings import end_session
+from worker.store.endings import count_endings, end_session
 from worker.store.engine import notify_run, utcnow
 
 pytestmark = pytest.mark.services
@@ -42,6 +42,7 @@ def test_a_follower_not_showing_progress_reads_the_figures_once(
                 notify_run(conn, run_id)
         with engine.begin() as conn:
             end_session(conn, session_id=sid, outcome=Outcome.verified, now=utcnow())
+        count_endings(engine, now=utcnow(), session_ids=[sid])
 
     # When it follows the run while the run announces progress, then ends
     sender = threading.Thread(target=progress_then_end)

@@ -670,8 +670,7 @@ def _end(
     )
     if rt.tracer is not None:
         rt.tracer.session_ended(session_id=claim.session_id)
-    if ended.wave_closed:
-        rt.flush_outbox()
+    rt.count_endings([claim.session_id])
     return TurnOutcome.ended
 
 

@@ -115,6 +115,6 @@ def after_verdict(rt: Runtime, *, session_id: int, round_no: int, applied: Appli
     logger.info("session %s verdict round %s: %s", session_id, round_no, applied.result)
     if applied.nxt is not None:
         rt.send_all([applied.nxt])
-    elif applied.ended is not None and applied.ended.wave_closed:
-        rt.flush_outbox()
+    elif applied.ended is not None:
+        rt.count_endings([session_id])
     return applied.result

@@ -43,7 +43,7 @@ from worker.fleet.identity import this_host
 from worker.fleet.intake import Intake, on_slow_link
 from worker.fleet.native import green, sleep_thread, start_native
 from worker.fleet.runtime import Runtime
-from worker.store import cache_alarm, due, waves
+from worker.store import cache_alarm, due, endings, waves
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,10 @@ def _older(u: due.Unclaimed, than: datetime) -> bool:
 #: Seconds between two heartbeats of a green worker's native pulse (the fleet presumes a
 #: worker dead after 30 s of silence).
 BEAT_S = 5.0
+
+#: Seconds after which an ending no worker has counted on its wave is the reconciler's to
+#: count: its worker counts it right after the commit, unless it died in between.
+COUNT_AFTER_S = 10.0
 
 #: Why a worker on a slow link takes no work (:class:`Intake`).
 SLOW_LINK = "slow link"
@@ -107,8 +111,13 @@ class Reconciler:
         # Any other goes out alone, right after the turn or handoff that made it due.
         bulk = now - timedelta(seconds=min(settings.redispatch_after_s / 2, 15.0))
         alone = now - timedelta(seconds=min(settings.redispatch_after_s / 2, SENT_WITHIN_S))
+        # Endings a dead worker committed and never counted, and waves a dead worker filled
+        # and never closed: the next wave waits on them.
+        uncounted = now - timedelta(seconds=COUNT_AFTER_S)
+        closed = endings.count_endings(rt.engine, now=now, ended_before=uncounted)
         with rt.engine.begin() as conn:
-            outbox = waves.take_outbox(conn, now=now, older_than=stale)
+            closed = endings.close_full_waves(conn, now=now) or closed
+            outbox = waves.take_outbox(conn, now=now, older_than=None if closed else stale)
             dead = dead_owners(due.lease_owners(conn, now=now), host=self.host)
             lapsed = due.claim_lapsed(conn, now=now, dead_owners=dead)
             waiting = due.unclaimed(conn, before=alone if self.probe else stale)

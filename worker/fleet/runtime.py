@@ -22,7 +22,7 @@ from worker.models.base import FunctionCall, ModelRequest, ModelTurn
 from worker.models.pricing import PriceTable
 from worker.models.registry import Providers
 from worker.settings import Settings
-from worker.store import due, waves
+from worker.store import due, endings, waves
 from worker.store.engine import make_engine, utcnow
 
 logger = logging.getLogger(__name__)
@@ -214,6 +214,12 @@ class Runtime:
         """How long sending turn ``turn_no``'s task took, if this process sent it (once)."""
         with self._send_lock:
             return self._send_ms.pop((session_id, turn_no), None)
+
+    def count_endings(self, session_ids: Iterable[int]) -> None:
+        """Count sessions whose ending has committed on their waves, and start what a wave
+        they closed made due (:func:`worker.store.endings.count_endings`)."""
+        if endings.count_endings(self.engine, now=self.clock(), session_ids=list(session_ids)):
+            self.flush_outbox()
 
     def flush_outbox(self, run_id: int | None = None) -> int:
         """Start the waves the database says are due, and send their first turns."""

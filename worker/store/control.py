@@ -30,7 +30,9 @@ def cancel_run(conn: Connection, *, run_id: int, now: datetime) -> Cancelled:
     """Cancel a run: no new turn or wave starts, and its sessions end ``cancelled``.
 
     A session whose turn is in flight (its lease is live) is left to finish that turn, so
-    the call it is paying for is recorded; it ends when it would start the next one.
+    the call it is paying for is recorded; it ends when it would start the next one. The
+    sessions it ends are counted on their waves once the transaction has committed
+    (:func:`worker.store.endings.count_endings`).
 
     Raises:
         RunNotFound: no such run.

@@ -1,37 +1,59 @@
-"""Endings: a session ends once, counted on its wave's barrier; the last one closes the wave.
+"""Endings: a session ends once, is counted once on its wave's barrier, and the wave that
+is full is closed once.
 
-The barrier's UPDATE row-locks the wave, so exactly one session sees it full: that last
-finisher closes the wave and writes the outbox row of the next (or ends the run, and starts
-the next run of its ladder).
+A session ends in its turn's (or verdict's) transaction. Once that has committed, its
+ending is counted on its wave (:func:`count_endings`): a statement of its own, which marks
+the session counted and adds it to the wave's ``done_count`` together, so an ending is never
+counted twice. Whoever then finds the wave full closes it (:func:`close_full_waves`): the
+wave's status changes once, and that caller writes the outbox row of the next wave (or ends
+the run, and starts the next run of its ladder). A worker that dies between the commit and
+the count leaves the ending to a reconciler, which counts endings older than a few seconds
+and closes full waves left open.
+
+Counting in the ending's own transaction made every session of a wave wait, row-locked,
+for the commit of the one before it, round trip to its worker included: at thousands of
+sessions ending together in a busy worker, seconds each, with their database connections
+held.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import bindparam, insert, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
-from worker.states import Outcome, RunStatus, SessionStatus, WaveStatus
+from worker.states import TERMINAL, Outcome, RunStatus, SessionStatus, WaveStatus
 from worker.store import reservations
 from worker.store.due import ACTIVE
 from worker.store.engine import notify_run
 from worker.store.tables import outbox, runs, sessions, waves
 from worker.store.waves import next_in_ladder, wave_start
 
-__all__ = ["SessionEnd", "end_session", "record_run_stop", "start_repair"]
+__all__ = [
+    "SessionEnd",
+    "close_full_waves",
+    "count_endings",
+    "end_session",
+    "record_run_stop",
+    "start_repair",
+]
+
+#: Session statuses after which its ending is counted.
+_TERMINAL = tuple(sorted(s.value for s in TERMINAL))
 
 
 @dataclass(frozen=True)
 class SessionEnd:
-    """A session that has just ended (:func:`end_session`)."""
+    """A session that has just ended (:func:`end_session`); once its transaction commits,
+    :func:`count_endings` counts it on its wave."""
 
-    wave_closed: bool
-    """It was the last of its wave: the wave's successor (the next wave, or the next run
-    of a ladder) may be in the outbox now."""
+    session_id: int
 
 
 def _ending(*conditions: ColumnElement[bool]) -> Update:
@@ -50,7 +72,7 @@ def _ending(*conditions: ColumnElement[bool]) -> Update:
             lease_owner=None,
             lease_expires_at=None,
         )
-        .returning(sessions.c.wave_id, sessions.c.run_id)
+        .returning(sessions.c.run_id)
     )
 
 
@@ -58,13 +80,6 @@ def _ending(*conditions: ColumnElement[bool]) -> Update:
 _END_SESSION = _ending()
 
 _END_LEASED_SESSION = _ending(sessions.c.lease_epoch == bindparam("b_epoch"))
-
-_COUNT_ON_BARRIER = (
-    update(waves)
-    .where(waves.c.id == bindparam("b_wave_id"))
-    .values(done_count=waves.c.done_count + 1)
-    .returning(waves.c.done_count, waves.c.size, waves.c.index.label("wave_index"))
-)
 
 
 def end_session(
@@ -76,13 +91,14 @@ def end_session(
     error: str | None = None,
     epoch: int | None = None,
 ) -> SessionEnd | None:
-    """End an active session with ``outcome`` and count it on its wave's barrier.
+    """End an active session with ``outcome``; count it with :func:`count_endings` once the
+    transaction has committed.
 
     The outcome decides the terminal status. With ``epoch``, only the lease holder may end
     it. Returns None when the session had already ended (or the lease moved on), so an
     ending is recorded exactly once.
     """
-    row = conn.execute(
+    run_id = conn.execute(
         _END_SESSION if epoch is None else _END_LEASED_SESSION,
         {
             "b_session_id": session_id,
@@ -92,10 +108,134 @@ def end_session(
             "b_error": error,
             "b_now": now,
         },
-    ).first()
-    if row is None:
+    ).scalar()
+    if run_id is None:
         return None
-    return SessionEnd(_count_on_barrier(conn, wave_id=row.wave_id, run_id=row.run_id, now=now))
+    notify_run(conn, run_id)
+    return SessionEnd(session_id)
+
+
+def _uncounted(
+    session_ids: Sequence[int] | None, ended_before: datetime | None
+) -> list[ColumnElement[bool]]:
+    where: list[ColumnElement[bool]] = [
+        sessions.c.counted.is_(False),
+        sessions.c.status.in_(_TERMINAL),
+    ]
+    if session_ids is not None:
+        where.append(sessions.c.id.in_(session_ids))
+    if ended_before is not None:
+        where.append(sessions.c.finished_at < ended_before)
+    return where
+
+
+def _count_pg(
+    conn: Connection, session_ids: Sequence[int] | None, ended_before: datetime | None
+) -> list[int]:
+    """Count the endings in one autocommitted statement; returns the waves now full."""
+    mine = (
+        update(sessions)
+        .where(*_uncounted(session_ids, ended_before))
+        .values(counted=True)
+        .returning(sessions.c.wave_id)
+        .cte("mine")
+    )
+    per_wave = (
+        select(mine.c.wave_id, func.count().label("n")).group_by(mine.c.wave_id).cte("per_wave")
+    )
+    counted = (
+        update(waves)
+        .where(waves.c.id == per_wave.c.wave_id)
+        .values(done_count=func.least(waves.c.size, waves.c.done_count + per_wave.c.n))
+        .returning(waves.c.id, waves.c.done_count, waves.c.size)
+        .add_cte(mine)
+        .add_cte(per_wave)
+    )
+    with conn.execution_options(isolation_level="AUTOCOMMIT").begin():
+        rows = conn.execute(counted).all()
+    return [r.id for r in rows if r.done_count >= r.size]
+
+
+def _count_one_by_one(
+    conn: Connection, session_ids: Sequence[int] | None, ended_before: datetime | None
+) -> list[int]:
+    """Count the endings in a transaction (SQLite: one writer at a time, no lock to wait on)."""
+    full = []
+    with conn.begin():
+        counted = conn.execute(
+            update(sessions)
+            .where(*_uncounted(session_ids, ended_before))
+            .values(counted=True)
+            .returning(sessions.c.wave_id)
+        ).scalars()
+        for wave_id, n in Counter(counted).items():
+            row = conn.execute(
+                update(waves)
+                .where(waves.c.id == wave_id)
+                .values(done_count=func.min(waves.c.size, waves.c.done_count + n))
+                .returning(waves.c.done_count, waves.c.size)
+            ).one()
+            if row.done_count >= row.size:
+                full.append(wave_id)
+    return full
+
+
+def count_endings(
+    engine: Engine,
+    *,
+    now: datetime,
+    session_ids: Sequence[int] | None = None,
+    ended_before: datetime | None = None,
+) -> bool:
+    """Count sessions whose ending has committed on their waves' barriers, each once, and
+    close every wave that is full (:func:`close_full_waves`).
+
+    On PostgreSQL the count is one statement in a transaction of its own: the wave's row is
+    locked only while the server runs it, never across a round trip to a worker, so the
+    thousands of sessions of a wave that end together wait for one another only that long.
+    An ending its worker did not count (it died after the commit) is counted by a
+    reconciler (``ended_before``).
+
+    Args:
+        engine: The database.
+        now: When the waves it fills finished.
+        session_ids: Count these sessions' endings (None: every uncounted one).
+        ended_before: Count only endings older than this.
+
+    Returns:
+        Whether a wave closed: its successor may be in the outbox.
+    """
+    with engine.connect() as conn:
+        count = _count_pg if conn.dialect.name == "postgresql" else _count_one_by_one
+        full = count(conn, session_ids, ended_before)
+        if not full:
+            return False
+        with conn.begin():
+            return close_full_waves(conn, wave_ids=full, now=now)
+
+
+def close_full_waves(
+    conn: Connection, *, now: datetime, wave_ids: Sequence[int] | None = None
+) -> bool:
+    """Close the waves whose every session ended and was counted, and start what follows.
+
+    Exactly one caller closes a wave (its status changes once): it writes the outbox row of
+    the next wave, or ends the run and starts the next run of its ladder. Returns whether it
+    closed any.
+    """
+    closing = update(waves).where(
+        waves.c.status != WaveStatus.finished.value, waves.c.done_count >= waves.c.size
+    )
+    if wave_ids is not None:
+        closing = closing.where(waves.c.id.in_(wave_ids))
+    closed = conn.execute(
+        closing.values(status=WaveStatus.finished.value, finished_at=now).returning(
+            waves.c.run_id, waves.c.index
+        )
+    ).all()
+    for run_id, index in sorted(closed):
+        _after_wave(conn, run_id=run_id, index=index, now=now)
+    return bool(closed)
 
 
 def start_repair(conn: Connection, *, session_id: int, repair_round: int, now: datetime) -> None:
@@ -123,29 +263,17 @@ def record_run_stop(conn: Connection, *, session_id: int, reason: str) -> None:
     )
 
 
-def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datetime) -> bool:
-    """Count a session's end on its wave; True when it was the last and closed the wave."""
-    # Announced at commit wherever it is sent, so sent first: the wave row below stays
-    # locked until the commit, and every session of the wave ending then waits for it.
+def _after_wave(conn: Connection, *, run_id: int, index: int, now: datetime) -> None:
+    """What follows wave ``index`` of a run: its next wave, or the run's end."""
     notify_run(conn, run_id)
-    # The UPDATE row-locks the wave, so exactly one session sees done_count == size:
-    # that last finisher closes the wave and writes the outbox row for the next one.
-    wave = conn.execute(_COUNT_ON_BARRIER, {"b_wave_id": wave_id}).one()
-    if wave.done_count < wave.size:
-        return False
-    conn.execute(
-        update(waves)
-        .where(waves.c.id == wave_id)
-        .values(status=WaveStatus.finished.value, finished_at=now)
-    )
     has_next = conn.execute(
-        select(waves.c.id).where(waves.c.run_id == run_id, waves.c.index == wave.wave_index + 1)
+        select(waves.c.id).where(waves.c.run_id == run_id, waves.c.index == index + 1)
     ).first()
     run_status, budget_usd = conn.execute(
         select(runs.c.status, runs.c.budget_usd).where(runs.c.id == run_id)
     ).one()
     if has_next is not None and run_status == RunStatus.running.value:
-        conn.execute(insert(outbox).values(wave_start(run_id, wave.wave_index + 1, now)))
+        conn.execute(insert(outbox).values(wave_start(run_id, index + 1, now)))
     elif run_status == RunStatus.running.value:
         conn.execute(
             update(runs)
@@ -159,7 +287,6 @@ def _count_on_barrier(conn: Connection, *, wave_id: int, run_id: int, now: datet
         # No call of the run is out any more: what it still holds (calls whose outcome
         # was never known) goes back.
         reservations.release_run(conn, run_id=run_id)
-    return True
 
 
 def _any_active(conn: Connection, run_id: int) -> bool:

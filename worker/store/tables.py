@@ -25,6 +25,8 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
+    text,
 )
 from sqlalchemy.engine import Dialect
 
@@ -250,8 +252,23 @@ sessions = Table(
     Column("error", Text),
     _ts("started_at"),
     _ts("finished_at"),
+    Column(
+        "counted",
+        Boolean,
+        nullable=False,
+        default=False,
+        server_default=false(),
+        doc="Its ending is counted on its wave's barrier (worker.store.endings).",
+    ),
     UniqueConstraint("run_id", "index"),
     Index("ix_sessions_status_dispatched_at", "status", "dispatched_at"),
+    # The endings left to count, which a reconciler looks for every few seconds: a handful.
+    Index(
+        "ix_sessions_uncounted",
+        "finished_at",
+        postgresql_where=text("NOT counted AND finished_at IS NOT NULL"),
+        sqlite_where=text("NOT counted AND finished_at IS NOT NULL"),
+    ),
 )
 
 #: Text stored once, addressed by the SHA-256 of its UTF-8 bytes: every version of every

@@ -143,6 +143,8 @@ def stop_by_forecast(conn: Connection, *, run_id: int, now: datetime) -> bool:
             outcome=Outcome.forecast.value,
             error=reason,
             finished_at=now,
+            # Their waves are closed here, full: nothing is left to count.
+            counted=True,
         )
     )
     conn.execute(

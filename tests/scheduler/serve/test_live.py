@@ -12,6 +12,7 @@ from tests.factories import call, make_run, model_turn, page, run_script
 from tests.scheduler.serve.conftest import Served
 from worker.fleet.runtime import Runtime
 from worker.store.control import cancel_run
+from worker.store.endings import count_endings
 from worker.store.engine import utcnow
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.slow]
@@ -43,9 +44,10 @@ def test_a_run_in_progress_changes_what_its_page_shows(
     tab.locator("#live-status", has_text="updated").wait_for()
     tab.screenshot(path=str(SCREENSHOT), full_page=True)
 
-    # When the run is cancelled: both sessions end
+    # When the run is cancelled: both sessions end, and are counted (as `cancel` does)
     with runtime.engine.begin() as conn:
         cancel_run(conn, run_id=run_id, now=utcnow())
+    count_endings(runtime.engine, now=utcnow())
     # Then the page shows the sessions ended and the run cancelled, and stops following it
     tab.locator("#sessions-ended", has_text="2 / 2").wait_for()
     tab.locator("#run-status", has_text="cancelled").wait_for()

@@ -26,8 +26,10 @@ from worker.fleet.intake import Intake
 from worker.fleet.reconciler import Reconciler
 from worker.fleet.runtime import Runtime
 from worker.settings import SESSIONS_QUEUE, Settings
+from worker.states import Outcome
 from worker.store.due import Dispatch
-from worker.store.tables import runs, sessions, turn_timings
+from worker.store.endings import count_endings, end_session
+from worker.store.tables import runs, sessions, turn_timings, waves
 
 pytestmark = pytest.mark.services
 
@@ -359,3 +361,37 @@ def test_a_worker_on_a_slow_link_takes_work_only_when_the_fleet_leaves_some_wait
     monkeypatch.setattr(Reconciler, "_round_trip_ms", lambda self: 0.6)
     reconciler.run_once()
     assert intake.sent == ["cancel", "add"] and not intake.paused
+
+
+def test_endings_a_dead_worker_left_uncounted_or_unclosed_are_finished_by_a_pass(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run of two waves of two sessions whose worker died after committing both
+    # endings of wave 1, having counted only the first of them, and another run whose
+    # worker died after counting its wave full, before closing it
+    monkeypatch.setattr("worker.fleet.reconciler.COUNT_AFTER_S", 0.0)
+    run_id, ids = make_run(runtime.engine, waves="2x2")
+    other_id, (other,) = make_run(runtime.engine)
+    now = runtime.clock()
+    with runtime.engine.begin() as conn:
+        for sid in [*ids[:2], other]:
+            assert end_session(conn, session_id=sid, outcome=Outcome.verified, now=now)
+    count_endings(runtime.engine, now=now, session_ids=[ids[0]])
+    with runtime.engine.begin() as conn:
+        conn.execute(update(sessions).where(sessions.c.id == other).values(counted=True))
+        conn.execute(update(waves).where(waves.c.run_id == other_id).values(done_count=1))
+    # When a reconciler passes
+    Reconciler(runtime).run_once()
+    # Then the ending is counted, both waves are closed, and wave 2 of the first run is sent
+    with runtime.engine.connect() as conn:
+        rows = conn.execute(
+            select(waves.c.run_id, waves.c.index, waves.c.done_count, waves.c.status).order_by(
+                waves.c.run_id, waves.c.index
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        (run_id, 1, 2, "finished"),
+        (run_id, 2, 0, "running"),
+        (other_id, 1, 1, "finished"),
+    ]
+    assert sorted(d.session_id for d in _sent(runtime)) == sorted(ids[2:])

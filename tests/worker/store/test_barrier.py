@@ -3,6 +3,7 @@ claim reads what was handed off in the same statement."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import pytest
@@ -13,28 +14,45 @@ from tests.factories import make_run, model_turn, page, run_script
 from worker.fleet.runtime import Runtime
 from worker.runs.verdicts import claim_handoff, load_handoff
 from worker.states import Outcome
-from worker.store.endings import end_session
+from worker.store.endings import count_endings, end_session
 from worker.store.engine import utcnow
-from worker.store.tables import outbox
+from worker.store.tables import outbox, waves
 from worker.store.waves import take_outbox
 
 pytestmark = pytest.mark.services
+
+
+def _done_count(engine: Engine, wave_index: int, run_id: int) -> tuple[int, str]:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(waves.c.done_count, waves.c.status).where(
+                waves.c.run_id == run_id, waves.c.index == wave_index
+            )
+        ).one()
+    return int(row.done_count), str(row.status)
 
 
 def test_only_the_last_ending_of_a_wave_closes_it(engine: Engine) -> None:
     # Given a run of two waves of two sessions
     run_id, ids = make_run(engine, waves="2x2")
     first, second = ids[:2]
-    # When the sessions of wave 1 end one after the other
+    # When the sessions of wave 1 end one after the other, each counted once it committed
+    # (the second twice over)
     with engine.begin() as conn:
         one = end_session(conn, session_id=first, outcome=Outcome.verified, now=utcnow())
+    assert _done_count(engine, 1, run_id) == (0, "running")  # not counted before its count
+    closed_by_one = count_endings(engine, now=utcnow(), session_ids=[first])
     with engine.begin() as conn:
         two = end_session(conn, session_id=second, outcome=Outcome.verified, now=utcnow())
         again = end_session(conn, session_id=second, outcome=Outcome.verified, now=utcnow())
-    # Then only the last closed the wave, and its ending queued the start of wave 2
-    assert one is not None and not one.wave_closed
-    assert two is not None and two.wave_closed
+    closed_by_two = count_endings(engine, now=utcnow(), session_ids=[second])
+    closed_again = count_endings(engine, now=utcnow(), session_ids=[first, second])
+    # Then only the last closed the wave, each was counted once, and the last one's count
+    # queued the start of wave 2
+    assert one is not None and two is not None
     assert again is None  # an ending is recorded once
+    assert (closed_by_one, closed_by_two, closed_again) == (False, True, False)
+    assert _done_count(engine, 1, run_id) == (2, "finished")
     with engine.connect() as conn:
         keys = conn.execute(select(outbox.c.key).where(outbox.c.run_id == run_id)).scalars()
         assert f"run:{run_id}:wave:2" in set(keys)
@@ -67,3 +85,34 @@ def test_a_verdict_claim_reads_the_handoff_once_and_only_once(runtime: Runtime) 
     assert claimed.epoch is not None
     assert claimed == replace(expected, epoch=claimed.epoch)
     assert claimed.content == page()
+
+
+def test_endings_counted_at_once_count_each_once_and_close_the_wave_once(
+    engine: Engine,
+) -> None:
+    # Given a wave of 24 sessions that all end, their commits done
+    run_id, ids = make_run(engine, waves="2x24")
+    wave = ids[:24]
+    with engine.begin() as conn:
+        for sid in wave:
+            assert end_session(conn, session_id=sid, outcome=Outcome.verified, now=utcnow())
+    # When each is counted by a thread of its own, all at once, and some twice
+    start = threading.Barrier(len(wave))
+    closed: list[bool] = []
+
+    def count(sid: int) -> None:
+        start.wait()
+        closed.append(count_endings(engine, now=utcnow(), session_ids=[sid, wave[0]]))
+
+    threads = [threading.Thread(target=count, args=(sid,)) for sid in wave]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then every ending counted once, and exactly one count closed the wave and queued the
+    # next one's start, once
+    assert _done_count(engine, 1, run_id) == (24, "finished")
+    assert closed.count(True) == 1
+    with engine.connect() as conn:
+        keys = list(conn.execute(select(outbox.c.key).where(outbox.c.run_id == run_id)).scalars())
+    assert keys.count(f"run:{run_id}:wave:2") == 1

@@ -21,6 +21,7 @@ from worker.runs.ladders import create_ladder
 from worker.settings import Settings
 from worker.store.claims import lease_turn
 from worker.store.control import cancel_run, resume_run
+from worker.store.endings import count_endings
 from worker.store.tables import ladders, runs, sessions
 from worker.store.waves import take_outbox
 
@@ -49,9 +50,10 @@ def test_cancel_ends_idle_sessions_now_and_lets_a_turn_in_flight_finish(runtime:
     with runtime.engine.begin() as conn:
         claim = lease_turn(conn, session_id=s0, turn_no=0, owner="w", now=runtime.clock(), ttl_s=60)
     assert claim is not None
-    # When the run is cancelled
+    # When the run is cancelled, and the endings counted once committed (as `cancel` does)
     with runtime.engine.begin() as conn:
         done = cancel_run(conn, run_id=run_id, now=runtime.clock())
+    count_endings(runtime.engine, now=runtime.clock())
     # Then everything but the turn in flight ended at once, and no wave 2 was started
     assert (done.ended, done.in_flight) == (3, 1)
     assert _states(runtime, run_id) == {

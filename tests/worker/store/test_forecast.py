@@ -9,7 +9,7 @@ from sqlalchemy import Engine, select
 
 from tests.factories import add_usage, make_run
 from worker.states import Outcome, RunStatus
-from worker.store.endings import end_session
+from worker.store.endings import count_endings, end_session
 from worker.store.engine import utcnow
 from worker.store.forecast import forecast, project
 from worker.store.tables import runs, sessions, waves
@@ -41,6 +41,7 @@ def _spend(engine: Engine, run_id: int, session_id: int, cost_usd: float) -> Non
     add_usage(engine, run_id=run_id, session_id=session_id, cost_usd=cost_usd)
     with engine.begin() as conn:
         end_session(conn, session_id=session_id, outcome=Outcome.verified, now=utcnow())
+    count_endings(engine, now=utcnow(), session_ids=[session_id])
 
 
 @pytest.mark.services
