@@ -213,6 +213,12 @@ class GeminiModel:
         if not isinstance(error, RateLimited):
             self._release(permit, tokens_used=0, outcome=Outcome.failed)
             return error
+        if error.quota == "day":
+            self._pause(model, error)
+            self._release(
+                permit, tokens_used=0, outcome=Outcome.rate_limited, retry_delay_s=error.delay_s
+            )
+            raise self._paused(model, error) from error
         if error.quota == "unknown" and error.delay_s is None:
             # Nothing says which limit was hit or for how long: the fleet cools down
             # rather than every session retrying at once.
@@ -227,16 +233,31 @@ class GeminiModel:
                 quota="day",
             )
         if error.quota == "day":
-            # Reset at midnight Pacific, kept in UTC like every time of the program.
-            until = quota_reset(datetime.now(QUOTA_ZONE)).astimezone(UTC)
-            try:
-                self.limiter.pause(model, until=until, reason=str(error))
-            except LimiterUnavailable:
-                logger.warning("could not pause %s fleet-wide", model, exc_info=True)
-            logger.warning("%s paused fleet-wide until %s: %s", model, until.isoformat(), error)
-            # Sessions stop rather than retry until the quota resets.
-            raise ModelPaused(model=model, until=until, reason=str(error)) from error
+            self._pause(model, error)
+            raise self._paused(model, error) from error
         return error
+
+    def _pause(self, model: str, error: RateLimited) -> None:
+        """Pause ``model`` fleet-wide until its daily quota resets.
+
+        The first thing said after the refusal: every permit asked for after it, in this
+        process or another, is refused; only calls already under way still go out.
+        """
+        until = self._quota_reset()
+        try:
+            self.limiter.pause(model, until=until, reason=str(error))
+        except LimiterUnavailable:
+            logger.warning("could not pause %s fleet-wide", model, exc_info=True)
+        logger.warning("%s paused fleet-wide until %s: %s", model, until.isoformat(), error)
+
+    def _paused(self, model: str, error: RateLimited) -> ModelPaused:
+        # Sessions stop rather than retry until the quota resets.
+        return ModelPaused(model=model, until=self._quota_reset(), reason=str(error))
+
+    @staticmethod
+    def _quota_reset() -> datetime:
+        # Reset at midnight Pacific, kept in UTC like every time of the program.
+        return quota_reset(datetime.now(QUOTA_ZONE)).astimezone(UTC)
 
     def _strikes(self, model: str) -> int:
         try:
