@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -109,6 +109,9 @@ class ToolContext:
     """The task's static checks of that submission, all passed."""
     progress: bool = False
     """The current call created or edited an artifact, or handed it off."""
+    snapshot: workspace.Snapshot | None = None
+    """The session's workspace as the turn read it with its lease, kept as its calls change
+    it (None: each call reads what it needs)."""
     _plan: list[workspace.PlanEntry] | None = field(default=None, repr=False)
 
     def plan(self) -> list[workspace.PlanEntry]:
@@ -117,13 +120,40 @@ class ToolContext:
         Only the lease holder writes a session's plan, inside the turn's transaction, so
         the copy kept here is the plan until the turn commits.
         """
+        if self.snapshot is not None:
+            return self.snapshot.plan
         if self._plan is None:
             self._plan = workspace.get_plan(self.conn, session_id=self.session_id)
         return self._plan
 
     def keep_plan(self, plan: list[workspace.PlanEntry]) -> None:
         """Remember the plan a call has just written."""
+        if self.snapshot is not None:
+            self.snapshot.plan = plan
         self._plan = plan
+
+    def artifact(self, name: str, *, text: bool) -> workspace.ArtifactState | None:
+        """Artifact ``name`` as this turn's calls left it (None: it never existed), with
+        its text when ``text`` asks for it."""
+        held = self.snapshot
+        current = held.artifacts.get(name) if held is not None else None
+        if held is not None and (current is None or not text or held.has_content(name)):
+            return current
+        current = workspace.get_artifact(self.conn, session_id=self.session_id, name=name)
+        if held is not None and current is not None:
+            held.artifacts[name] = current
+        return current
+
+    def names(self) -> list[str]:
+        """Names of the session's live artifacts."""
+        if self.snapshot is not None:
+            return sorted(n for n, a in self.snapshot.artifacts.items() if not a.deleted)
+        return workspace.artifact_names(self.conn, session_id=self.session_id)
+
+    def wrote(self, state: workspace.ArtifactState) -> None:
+        """Remember what a call has just written to an artifact."""
+        if self.snapshot is not None:
+            self.snapshot.artifacts[state.name] = state
 
     def max_bytes(self, name: str) -> int:
         """The ceiling of artifact ``name`` under the task and the run's profile.
@@ -143,6 +173,9 @@ class ToolContext:
 
     def files(self) -> dict[str, str]:
         """The session's live files, as this turn's earlier calls left them."""
+        held = self.snapshot.live_files() if self.snapshot is not None else None
+        if held is not None:
+            return held
         return workspace.live_files(self.conn, session_id=self.session_id)
 
 
@@ -185,10 +218,10 @@ def _conflict(current: workspace.ArtifactState, expected: int | None) -> ToolErr
     )
 
 
-def _existing(ctx: ToolContext, name: str) -> workspace.ArtifactState:
-    current = workspace.get_artifact(ctx.conn, session_id=ctx.session_id, name=name)
+def _existing(ctx: ToolContext, name: str, *, text: bool) -> workspace.ArtifactState:
+    current = ctx.artifact(name, text=text)
     if current is None or current.deleted:
-        names = workspace.artifact_names(ctx.conn, session_id=ctx.session_id)
+        names = ctx.names()
         raise ToolError(
             f"no artifact named {name}",
             kind="not_found",
@@ -201,7 +234,8 @@ def _existing(ctx: ToolContext, name: str) -> workspace.ArtifactState:
 def manage_artifact(args: ManageArtifact, ctx: ToolContext) -> dict[str, Any]:
     """Create, edit in place (compare-and-swap), read or delete an artifact."""
     if args.action == "get":
-        current = _existing(ctx, args.name)
+        current = _existing(ctx, args.name, text=True)
+        assert current.content is not None, "read with its text"
         return {
             "name": current.name,
             "version": current.version,
@@ -209,12 +243,13 @@ def manage_artifact(args: ManageArtifact, ctx: ToolContext) -> dict[str, Any]:
             "regions": region_ids(current.content),
         }
     if args.action == "delete":
-        current = _existing(ctx, args.name)
+        current = _existing(ctx, args.name, text=False)
         if args.expected_version != current.version:
             raise _conflict(current, args.expected_version)
         workspace.mark_deleted(
             ctx.conn, artifact_id=current.id, expected_version=current.version, now=ctx.now
         )
+        ctx.wrote(replace(current, deleted=True, content=None))
         return {"name": args.name, "deleted": True}
     if args.content is None:
         raise ToolError(
@@ -227,8 +262,25 @@ def manage_artifact(args: ManageArtifact, ctx: ToolContext) -> dict[str, Any]:
     return _edit(args, args.content, ctx)
 
 
+def _written(
+    ctx: ToolContext, name: str, content: str, written: workspace.Written
+) -> workspace.ArtifactState:
+    state = workspace.ArtifactState(
+        written.artifact_id,
+        name,
+        written.version,
+        content,
+        False,
+        written.version_id,
+        sha256=written.sha256,
+    )
+    ctx.wrote(state)
+    ctx.progress = True
+    return state
+
+
 def _create(name: str, content: str, ctx: ToolContext) -> dict[str, Any]:
-    current = workspace.get_artifact(ctx.conn, session_id=ctx.session_id, name=name)
+    current = ctx.artifact(name, text=False)
     if current is not None and not current.deleted:
         raise ToolError(
             f"{name} already exists at version {current.version}",
@@ -239,7 +291,7 @@ def _create(name: str, content: str, ctx: ToolContext) -> dict[str, Any]:
     size = _size(content, ctx, name)
     # Re-creating a deleted artifact continues its version numbers, so history has no gaps.
     expected = current.version if current is not None else None
-    version = workspace.write_artifact(
+    written = workspace.write_artifact(
         ctx.conn,
         session_id=ctx.session_id,
         name=name,
@@ -249,7 +301,8 @@ def _create(name: str, content: str, ctx: ToolContext) -> dict[str, Any]:
         turn_no=ctx.turn_no,
         now=ctx.now,
     )
-    ctx.progress = True
+    assert written is not None, "only a fenced writer loses a swap, and a create is no swap"
+    version = _written(ctx, name, content, written).version
     return {"name": name, "version": version, "size_bytes": size, "regions": region_ids(content)}
 
 
@@ -260,10 +313,11 @@ def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any
             kind="bad_arguments",
             hint="get the artifact to learn its version, then edit with it",
         )
-    current = _existing(ctx, args.name)
+    current = _existing(ctx, args.name, text=args.region_id is not None)
     if args.expected_version != current.version:
         raise _conflict(current, args.expected_version)
     if args.region_id is not None:
+        assert current.content is not None, "read with its text"
         _size(content, ctx, args.name)  # a region over the ceiling is refused before it is copied
         try:
             content = replace_region(current.content, args.region_id, content)
@@ -275,7 +329,7 @@ def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any
                 data={"regions": region_ids(current.content)},
             ) from None
     size = _size(content, ctx, args.name)
-    version = workspace.write_artifact(
+    written = workspace.write_artifact(
         ctx.conn,
         session_id=ctx.session_id,
         name=args.name,
@@ -285,9 +339,9 @@ def _edit(args: ManageArtifact, content: str, ctx: ToolContext) -> dict[str, Any
         turn_no=ctx.turn_no,
         now=ctx.now,
     )
-    if version is None:  # only a fenced writer can lose here; its transaction is discarded
+    if written is None:  # only a fenced writer can lose here; its transaction is discarded
         raise _conflict(current, args.expected_version)
-    ctx.progress = True
+    version = _written(ctx, args.name, content, written).version
     return {"name": args.name, "version": version, "size_bytes": size}
 
 
@@ -336,7 +390,7 @@ def plan_manage(args: PlanManage, ctx: ToolContext) -> dict[str, Any]:
 
 def handoff(args: Handoff, ctx: ToolContext) -> dict[str, Any]:
     """Run the task's static checks and hand the artifact's current version to the verifier."""
-    current = _existing(ctx, args.artifact_name)
+    current = _existing(ctx, args.artifact_name, text=False)
     submission = Submission(
         instance=ctx.instance,
         files=ctx.files(),
@@ -427,6 +481,22 @@ def _describe(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "arguments"
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
+
+
+def texts_needed(calls: Iterable[FunctionCall], task: Task) -> workspace.ContentsWanted:
+    """The artifacts whose text a turn's calls may read: those they get or edit by name, or
+    (None) every live one, for a handoff or a task's own tool, which see the whole
+    workspace. A call that names an artifact in arguments it cannot use reads nothing."""
+    names: set[str] = set()
+    for call in calls:
+        args = call.args if isinstance(call.args, dict) else {}
+        if call.name == "manage_artifact":
+            name = args.get("name")
+            if args.get("action") in ("get", "edit") and isinstance(name, str):
+                names.add(name)
+        elif call.name != "plan_manage" and call.name in tools_of(task):
+            return None
+    return frozenset(names)
 
 
 def run_tool(call: FunctionCall, ctx: ToolContext) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, NoReturn
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from worker.agent import history, limits, transcript
+from worker.agent import history, limits, transcript, workspace
 from worker.agent import verdict as verdicts
 from worker.agent.accounting import observe_commit, usage_row
 from worker.agent.budget import CallHold, worst_case_usd
@@ -36,7 +36,7 @@ from worker.agent.events import (
 )
 from worker.agent.prompt import build_prefix
 from worker.agent.timings import TurnTimer
-from worker.agent.tools import ToolContext, run_tool
+from worker.agent.tools import ToolContext, run_tool, texts_needed
 from worker.config import RunConfig
 from worker.errors import (
     BudgetHeld,
@@ -151,7 +151,11 @@ def _run_turn(
             return TurnOutcome.skipped
         claim, view = claimed
         timer.lap("claim")
-        loaded = _load(conn, view, kept.advance(held, view))
+        read = kept.advance(held, view)
+        # The rows the claim read are in ``read`` now (kept, frozen): a turn waiting on its
+        # model does not hold them twice.
+        view = replace(view, events=[])
+        loaded = _load(conn, view, read)
     timer.lap("rebuild")
     ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no), sent)
     traced = (
@@ -446,7 +450,11 @@ def _commit(
     now = rt.clock()
     profile = get_profile(view.profile)
     with _connect_patiently(rt, claim) as conn, conn.begin():
-        if not turns.holds_lease(conn, claim=claim):
+        # The lease's row lock and the workspace the calls read, in one statement.
+        held = workspace.lock_workspace(
+            conn, claim=claim, contents=texts_needed(answer.calls, task)
+        )
+        if held is None:
             logger.warning(
                 "turn %s/%s fenced: lease epoch %s superseded",
                 claim.session_id,
@@ -462,6 +470,7 @@ def _commit(
             now=now,
             task=task,
             instance=public_instance(view),
+            snapshot=held,
         )
         ceiling = max(profile.max_bytes(a.max_bytes) for a in task.artifacts)
         stored = history.elide_long_args(answer.content, max_chars=STORED_ARG_CEILINGS * ceiling)

@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import (
+    ARRAY,
+    JSON,
+    Boolean,
+    String,
+    Text,
+    bindparam,
+    delete,
+    false,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Connection
-from sqlalchemy.sql.dml import Insert
-from sqlalchemy.sql.selectable import CTE
+from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql.dml import Delete, Insert
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import CTE, ScalarSelect
 
 from worker.store.blobs import Blob, add_blobs, blob_of, note_stored, sha256_of
+from worker.store.claims import Claim
 from worker.store.tables import artifact_versions as versions
-from worker.store.tables import artifacts, blobs, plans
+from worker.store.tables import artifacts, blobs, plans, sessions, unpack
+from worker.store.turns import holds_lease
 
 
 @dataclass(frozen=True)
@@ -24,10 +42,45 @@ class ArtifactState:
     id: int
     name: str
     version: int
-    content: str
+    content: str | None
+    """Its text; None where it was not read (:class:`Snapshot`)."""
     deleted: bool
     version_id: int | None = None
     """Primary key of the current version's row."""
+    sha256: str = ""
+    """The key of its text in ``blobs``."""
+
+
+@dataclass
+class Snapshot:
+    """A session's workspace as its turn found it, read under the lease's row lock, and
+    kept as the turn's calls change it: only the lease holder writes a session's workspace,
+    inside its turn's transaction, so it stays the workspace until the turn commits."""
+
+    plan: list[PlanEntry]
+    artifacts: dict[str, ArtifactState]
+    """Every artifact by name, deleted ones too; ``content`` None where it was not read."""
+    contents: frozenset[str] | None
+    """Names whose text was read; None: every live artifact's."""
+
+    def has_content(self, name: str) -> bool:
+        """Whether artifact ``name``'s text was read (or it has none to read)."""
+        current = self.artifacts.get(name)
+        return current is None or current.content is not None or current.deleted
+
+    def live_files(self) -> dict[str, str] | None:
+        """Every live artifact's text by name, if all were read."""
+        if self.contents is not None:
+            return None
+        live: dict[str, str] = {}
+        for name in sorted(self.artifacts):
+            current = self.artifacts[name]
+            if current.deleted:
+                continue
+            if current.content is None:
+                return None
+            live[name] = current.content
+        return live
 
 
 @dataclass(frozen=True)
@@ -107,7 +160,7 @@ def _keep(written: CTE) -> Insert:
             ),
         )
         .add_cte(_PAGE_ADDED, written)
-        .returning(versions.c.version)
+        .returning(versions.c.artifact_id, versions.c.version, versions.c.id)
     )
 
 
@@ -144,7 +197,13 @@ def get_artifact(conn: Connection, *, session_id: int, name: str) -> ArtifactSta
     # A call that reads the page may log it (a ``get``): the commit need not send it again.
     note_stored(conn, [row.sha256])
     return ArtifactState(
-        row.id, row.name, row.version, row.content, row.deleted_at is not None, row.version_id
+        row.id,
+        row.name,
+        row.version,
+        row.content,
+        row.deleted_at is not None,
+        row.version_id,
+        sha256=row.sha256,
     )
 
 
@@ -219,6 +278,15 @@ def artifact_names(conn: Connection, *, session_id: int) -> list[str]:
     )
 
 
+class Written(NamedTuple):
+    """A version :func:`write_artifact` wrote."""
+
+    artifact_id: int
+    version: int
+    version_id: int
+    sha256: str
+
+
 def write_artifact(
     conn: Connection,
     *,
@@ -229,13 +297,13 @@ def write_artifact(
     expected_version: int | None,
     turn_no: int,
     now: datetime,
-) -> int | None:
+) -> Written | None:
     """Write a new version by compare-and-swap; create when ``expected_version`` is None.
 
     The content is stored once (:mod:`worker.store.blobs`); the artifact and its version
     row hold its SHA-256.
 
-    Returns the new version number, or None when the CAS lost (the version moved on).
+    Returns the version written, or None when the CAS lost (the version moved on).
     """
     sha256 = sha256_of(content)
     params = {
@@ -248,13 +316,12 @@ def write_artifact(
     if conn.dialect.name == "postgresql":
         params |= {"b_turn_no": turn_no, "b_content": content}
         if expected_version is None:
-            created = int(conn.execute(_CREATE_AND_KEEP, params).scalar_one())
-            note_stored(conn, [sha256])
-            return created
-        swapped = conn.execute(_SWAP_AND_KEEP, params | {"b_expected": expected_version}).scalar()
+            row: Row[Any] | None = conn.execute(_CREATE_AND_KEEP, params).one()
+        else:
+            row = conn.execute(_SWAP_AND_KEEP, params | {"b_expected": expected_version}).first()
         # The page was stored even if the swap lost: the commit of the call need not send it.
         note_stored(conn, [sha256])
-        return swapped
+        return None if row is None else Written(row.artifact_id, row.version, row.id, sha256)
     add_blobs(conn, [Blob(sha256, content, size_bytes)])
     if expected_version is None:
         result = conn.execute(
@@ -271,12 +338,12 @@ def write_artifact(
         )
         artifact_id, version = result.scalar_one(), 1
     else:
-        row = conn.execute(_SWAP_ARTIFACT, params | {"b_expected": expected_version}).first()
-        if row is None:
+        swapped = conn.execute(_SWAP_ARTIFACT, params | {"b_expected": expected_version}).first()
+        if swapped is None:
             return None
-        artifact_id, version = row.id, expected_version + 1
-    conn.execute(
-        _ADD_VERSION,
+        artifact_id, version = swapped.id, expected_version + 1
+    version_id = conn.execute(
+        _ADD_VERSION.returning(versions.c.id),
         {
             "artifact_id": artifact_id,
             "version": version,
@@ -285,8 +352,8 @@ def write_artifact(
             "size_bytes": size_bytes,
             "created_at": now,
         },
-    )
-    return version
+    ).scalar_one()
+    return Written(artifact_id, version, version_id, sha256)
 
 
 def mark_deleted(
@@ -322,8 +389,60 @@ def get_plan(conn: Connection, *, session_id: int) -> list[PlanEntry]:
     return [PlanEntry(r.item_no, r.text, r.done) for r in rows]
 
 
+def _set_plan_pg() -> Delete:
+    """The plan written in one statement (PostgreSQL): its items put in place, numbered
+    from 1 (an item of that number replaced), and the items of the old plan beyond them
+    removed."""
+    item = (
+        func.unnest(bindparam("b_items", type_=ARRAY(Text)))
+        .table_valued("text", with_ordinality="item_no")
+        .render_derived(name="item")
+    )
+    insert_items = postgresql.insert(plans).from_select(
+        ["session_id", "item_no", "text", "done", "set_turn"],
+        select(
+            bindparam("b_session_id", type_=plans.c.session_id.type),
+            item.c.item_no,
+            item.c.text,
+            false(),
+            bindparam("b_turn_no", type_=plans.c.set_turn.type),
+        ),
+    )
+    put = insert_items.on_conflict_do_update(
+        index_elements=[plans.c.session_id, plans.c.item_no],
+        set_={
+            "text": insert_items.excluded.text,
+            "done": false(),
+            "set_turn": insert_items.excluded.set_turn,
+            "done_turn": None,
+        },
+    ).cte("put")
+    return (
+        delete(plans)
+        .where(
+            plans.c.session_id == bindparam("b_session_id"),
+            plans.c.item_no > bindparam("b_count", type_=plans.c.item_no.type),
+        )
+        .add_cte(put)
+    )
+
+
+_SET_PLAN_PG = _set_plan_pg()
+
+
 def set_plan(conn: Connection, *, session_id: int, items: list[str], turn_no: int) -> None:
     """Replace the session's plan with ``items`` (numbered from 1)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            _SET_PLAN_PG,
+            {
+                "b_session_id": session_id,
+                "b_items": items,
+                "b_turn_no": turn_no,
+                "b_count": len(items),
+            },
+        )
+        return
     conn.execute(delete(plans).where(plans.c.session_id == session_id))
     conn.execute(
         insert(plans),
@@ -346,3 +465,168 @@ def mark_plan_done(conn: Connection, *, session_id: int, item_no: int, turn_no: 
         _MARK_PLAN_DONE, {"b_session_id": session_id, "b_item_no": item_no, "b_turn_no": turn_no}
     )
     return result.rowcount == 1
+
+
+#: Names of artifacts the workspace statement reads the text of (None: every live one).
+ContentsWanted = frozenset[str] | None
+
+
+def _snapshot_query(session_id: ColumnElement[Any]) -> tuple[ScalarSelect[Any], ...]:
+    """The plan and the artifacts of ``session_id`` as two JSON arrays (PostgreSQL): the
+    plan as ``[item_no, text, done]``, each artifact as ``[id, name, version, sha256,
+    deleted, version_id, text]`` with its text base64 of the stored bytes, or NULL where
+    not wanted (``b_all_texts``, or its name in ``b_text_names``)."""
+    plan = (
+        select(
+            func.json_agg(
+                aggregate_order_by(
+                    func.json_build_array(plans.c.item_no, plans.c.text, plans.c.done),
+                    plans.c.item_no,
+                ),
+                type_=JSON,
+            )
+        )
+        .where(plans.c.session_id == session_id)
+        .scalar_subquery()
+    )
+    wanted = artifacts.c.deleted_at.is_(None) & (
+        bindparam("b_all_texts", type_=Boolean)
+        | (artifacts.c.name == func.any(bindparam("b_text_names", type_=ARRAY(String))))
+    )
+    text = (
+        select(func.encode(blobs.c.content, "base64"))
+        .where(blobs.c.sha256 == artifacts.c.sha256, wanted)
+        .correlate(artifacts)
+        .scalar_subquery()
+    )
+    found = (
+        select(
+            func.json_agg(
+                aggregate_order_by(
+                    func.json_build_array(
+                        artifacts.c.id,
+                        artifacts.c.name,
+                        artifacts.c.version,
+                        artifacts.c.sha256,
+                        artifacts.c.deleted_at.is_not(None),
+                        versions.c.id,
+                        text,
+                    ),
+                    artifacts.c.name,
+                ),
+                type_=JSON,
+            )
+        )
+        .select_from(
+            artifacts.outerjoin(
+                versions,
+                (versions.c.artifact_id == artifacts.c.id)
+                & (versions.c.version == artifacts.c.version),
+            )
+        )
+        .where(artifacts.c.session_id == session_id)
+        .scalar_subquery()
+    )
+    return plan, found
+
+
+def snapshot_params(contents: ContentsWanted) -> dict[str, Any]:
+    """The parameters of :func:`_snapshot_query` for the texts wanted."""
+    return {"b_all_texts": contents is None, "b_text_names": sorted(contents or ())}
+
+
+def snapshot_of(
+    conn: Connection, plan_rows: Any, artifact_rows: Any, contents: ContentsWanted
+) -> Snapshot:
+    """A snapshot from the two JSON arrays of :func:`_snapshot_query`."""
+    found: dict[str, ArtifactState] = {}
+    for artifact_id, name, version, sha256, deleted, version_id, packed in artifact_rows or ():
+        text = None if packed is None else unpack(base64.b64decode(packed))
+        found[name] = ArtifactState(
+            artifact_id, name, version, text, deleted, version_id, sha256=sha256
+        )
+    # A call that reads a page may log it (a ``get``): the commit need not send it again.
+    note_stored(conn, [a.sha256 for a in found.values() if a.content is not None])
+    return Snapshot(
+        plan=[PlanEntry(no, text, done) for no, text, done in plan_rows or ()],
+        artifacts=found,
+        contents=contents,
+    )
+
+
+def load_snapshot(conn: Connection, *, session_id: int, contents: ContentsWanted) -> Snapshot:
+    """The session's workspace now, with the texts wanted (any database)."""
+    rows = conn.execute(
+        select(
+            artifacts.c.id,
+            artifacts.c.name,
+            artifacts.c.version,
+            artifacts.c.sha256,
+            artifacts.c.deleted_at,
+            versions.c.id.label("version_id"),
+        )
+        .outerjoin(
+            versions,
+            (versions.c.artifact_id == artifacts.c.id)
+            & (versions.c.version == artifacts.c.version),
+        )
+        .where(artifacts.c.session_id == session_id)
+    ).all()
+    wanted = [
+        r.sha256 for r in rows if r.deleted_at is None and (contents is None or r.name in contents)
+    ]
+    texts = (
+        dict(
+            conn.execute(select(blobs.c.sha256, blobs.c.content).where(blobs.c.sha256.in_(wanted)))
+            .tuples()
+            .all()
+        )
+        if wanted
+        else {}
+    )
+    note_stored(conn, texts)
+    return Snapshot(
+        plan=get_plan(conn, session_id=session_id),
+        artifacts={
+            r.name: ArtifactState(
+                r.id,
+                r.name,
+                r.version,
+                texts.get(r.sha256) if r.deleted_at is None else None,
+                r.deleted_at is not None,
+                r.version_id,
+                sha256=r.sha256,
+            )
+            for r in rows
+        },
+        contents=contents,
+    )
+
+
+_LOCK_AND_READ_PG = (
+    select(sessions.c.id, *_snapshot_query(sessions.c.id))
+    .where(
+        sessions.c.id == bindparam("b_session_id"),
+        sessions.c.lease_epoch == bindparam("b_epoch"),
+        sessions.c.next_turn == bindparam("b_turn_no"),
+    )
+    .with_for_update(of=sessions)
+)
+
+
+def lock_workspace(conn: Connection, *, claim: Claim, contents: ContentsWanted) -> Snapshot | None:
+    """While ``claim`` is the session's lease, lock the session's row and read its workspace
+    with the texts ``contents`` names: one statement on PostgreSQL.
+
+    Returns None when the lease moved on (another worker took the session over).
+    """
+    if conn.dialect.name != "postgresql":
+        if not holds_lease(conn, claim=claim):
+            return None
+        return load_snapshot(conn, session_id=claim.session_id, contents=contents)
+    row = conn.execute(
+        _LOCK_AND_READ_PG,
+        {"b_session_id": claim.session_id, "b_epoch": claim.epoch, "b_turn_no": claim.turn_no}
+        | snapshot_params(contents),
+    ).first()
+    return None if row is None else snapshot_of(conn, row[1], row[2], contents)

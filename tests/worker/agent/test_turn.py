@@ -128,6 +128,40 @@ def test_commit_from_a_fenced_worker_changes_nothing(runtime: Runtime) -> None:
     assert (row.next_turn, row.lease_epoch) == (1, 2)
 
 
+def test_a_plan_set_again_replaces_the_old_one_longer_or_shorter(runtime: Runtime) -> None:
+    # Given a session that sets a plan of three items and checks the second off
+    _, (sid,) = make_run(runtime.engine)
+    turns = [
+        model_turn(
+            call("plan_manage", action="set", items=["a", "b", "c"]),
+            call("plan_manage", action="done", item_id=2),
+        ),
+        # When it sets a plan of two, then of four, and lists it in the next turn
+        model_turn(
+            call("plan_manage", action="set", items=["x", "y"]),
+            call("plan_manage", action="set", items=["p", "q", "r", "s"]),
+            call("plan_manage", action="done", item_id=4),
+        ),
+        model_turn(call("plan_manage", action="list")),
+    ]
+    assert run_script(runtime, sid, turns) == ["committed"] * 3
+    # Then every call saw the plan as the one before left it, and the last one stored
+    results = [
+        p["response"]["output"]["items"]
+        for _, _, kind, p in _events(runtime, sid)
+        if kind == "tool_result"
+    ]
+    items = [[(i["id"], i["text"], i["done"]) for i in r] for r in results]
+    assert items == [
+        [(1, "a", False), (2, "b", False), (3, "c", False)],
+        [(1, "a", False), (2, "b", True), (3, "c", False)],
+        [(1, "x", False), (2, "y", False)],
+        [(1, "p", False), (2, "q", False), (3, "r", False), (4, "s", False)],
+        [(1, "p", False), (2, "q", False), (3, "r", False), (4, "s", True)],
+        [(1, "p", False), (2, "q", False), (3, "r", False), (4, "s", True)],
+    ]
+
+
 def test_stale_expected_version_returns_conflict_with_current_version(runtime: Runtime) -> None:
     # Given an artifact at version 2
     _, (sid,) = make_run(runtime.engine)
