@@ -146,6 +146,7 @@ def measure(
     idle_s: float,
     timeout_s: float,
     pg_admin_url: str,
+    worker_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One run of ``shape``'s waves on ``processes`` fresh workers, a slot per session."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
@@ -154,6 +155,7 @@ def measure(
         SWARM_BROKER_URL=rt.settings.broker_url,
         SWARM_VERIFIER="static",
     )
+    env.update(worker_env or {})
     size = shape.size
     database = rt.engine.url.database or ""
     host = HostWorkers(env, processes=processes, concurrency=math.ceil(size / processes), pool=pool)
@@ -312,6 +314,12 @@ def line(f: dict[str, Any], page_ms: float) -> str:
     show_default=True,
     help="Share by which one sim call's latency varies (0: fixed, the floor is exact).",
 )
+@click.option(
+    "--worker-env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A setting of the workers', e.g. SWARM_HISTORY_CACHE_MB=64 (repeatable).",
+)
 @service_options(DEFAULT_REDIS_URL)
 def main(
     sizes: str,
@@ -321,6 +329,7 @@ def main(
     seed: int,
     sim_latency_ms: int,
     sim_latency_jitter: float,
+    worker_env: tuple[str, ...],
     idle_s: float,
     timeout_s: float,
     pg_admin_url: str,
@@ -333,6 +342,9 @@ def main(
         shapes = {s.strip(): WaveSpec.parse(s.strip()) for s in sizes.split(",") if s.strip()}
     except Exception as exc:
         raise click.BadParameter(str(exc), param_hint="--sizes") from None
+    extra = dict(item.partition("=")[::2] for item in worker_env)
+    if any(not name.startswith("SWARM_") for name in extra):
+        raise click.BadParameter("name SWARM_* settings", param_hint="--worker-env")
     chosen = [p.strip() for p in pools.split(",") if p.strip()]
     if not chosen or any(p not in POOLS for p in chosen):
         raise click.BadParameter(f"pick from {', '.join(POOLS)}", param_hint="--pools")
@@ -356,6 +368,7 @@ def main(
                         idle_s=idle_s,
                         timeout_s=timeout_s,
                         pg_admin_url=pg_admin_url,
+                        worker_env=extra,
                     )
                     done.append(f)
                     print(line(f, page_ms), file=out, flush=True)
