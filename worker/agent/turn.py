@@ -449,7 +449,7 @@ def _commit(
     """
     now = rt.clock()
     profile = get_profile(view.profile)
-    with _connect_patiently(rt, claim) as conn, conn.begin():
+    with rt.commit_gate, _connect_patiently(rt, claim) as conn, conn.begin():
         # The lease's row lock and the workspace the calls read, in one statement.
         held = workspace.lock_workspace(
             conn, claim=claim, contents=texts_needed(answer.calls, task)

@@ -33,6 +33,8 @@ SEND_TIMES_KEPT = 10_000
 SEND_LAG_KEPT_S = 15.0
 #: Seconds between two warnings of a slow send.
 SLOW_SEND_WARN_S = 60.0
+#: Share of the database pool that commits may hold at once; the rest stays free for claims.
+COMMIT_SHARE = 0.5
 
 _T = TypeVar("_T")
 
@@ -134,6 +136,21 @@ class Runtime:
             renew_s=self.settings.lease_renew_s,
             clock=self.clock,
         )
+
+    @cached_property
+    def commit_gate(self) -> threading.BoundedSemaphore:
+        """Admits a turn's commit while fewer than :data:`COMMIT_SHARE` of the pool commit.
+
+        At a fixed model latency a whole fleet's answers arrive together: were their
+        commits let at the pool at once, the next turns' claims would queue behind every
+        one of them, and each session's next model call would start only once the burst
+        was over. Gated, the commits go in about the order their answers came (waiters
+        are woken first come, first served) and a claim finds a connection at once, so a
+        session's next call starts as soon as its commit ends.
+        """
+        size = getattr(self.engine.pool, "size", None)
+        slots = size() if callable(size) else 1
+        return threading.BoundedSemaphore(max(1, int(slots * COMMIT_SHARE)))
 
     @cached_property
     def providers(self) -> Providers:

@@ -44,6 +44,27 @@ def _pool_line(worker: WorkerProcess) -> tuple[int, int, str]:
     raise AssertionError("no pool line in the worker's log:\n" + "\n".join(worker.log[-20:]))
 
 
+def _tight_runtime(settings: Settings, *, size: int, timeout_s: float) -> Runtime:
+    """A process's runtime whose pool has ``size`` connections and no overflow."""
+    tight = settings.model_copy(
+        update={"db_pool_size": size, "db_max_overflow": 0, "db_pool_timeout_s": timeout_s}
+    )
+    return Runtime(settings=tight, engine=make_engine(tight), dispatcher=RecordingDispatcher())
+
+
+def _page_author(before: Callable[[ModelRequest], None]) -> ScriptedModel:
+    """A model that creates the dashboard in one call, running ``before`` inside it."""
+    created = call("manage_artifact", action="create", name="dashboard.html", content=page())
+    return ScriptedModel([model_turn(created)], before=before)
+
+
+def _close(rt: Runtime) -> None:
+    rt.engine.dispose()
+    if rt.lease_engine is not None:
+        rt.leases.stop()
+        rt.lease_engine.dispose()
+
+
 def test_pool_grows_with_threads_within_bounds(settings: Settings) -> None:
     # Given no explicit pool settings
     # Then a small worker may hold 5 + 15, a large one 5 and a tenth of its threads, all kept
@@ -145,10 +166,7 @@ def test_a_turn_whose_commit_waits_past_the_pool_timeout_commits_once_a_connecti
 ) -> None:
     # Given a process whose pool has one connection, which someone else takes while the
     # turn's model call is out and gives back well after the pool's timeout
-    tight = settings.model_copy(
-        update={"db_pool_size": 1, "db_max_overflow": 0, "db_pool_timeout_s": 0.2}
-    )
-    rt = Runtime(settings=tight, engine=make_engine(tight), dispatcher=RecordingDispatcher())
+    rt = _tight_runtime(settings, size=1, timeout_s=0.2)
     _, (sid,) = make_run(engine)
     given_back = threading.Event()
 
@@ -161,24 +179,14 @@ def test_a_turn_whose_commit_waits_past_the_pool_timeout_commits_once_a_connecti
 
         threading.Timer(1.0, give_back).start()
 
-    model = ScriptedModel(
-        [
-            model_turn(
-                call("manage_artifact", action="create", name="dashboard.html", content=page())
-            )
-        ],
-        before=take,
-    )
+    model = _page_author(take)
     # When the turn runs to its commit
     try:
         with caplog.at_level(logging.WARNING):
             outcome = run_turn(rt=rt, session_id=sid, turn_no=0, model=model)
     finally:
         given_back.wait(10)
-        rt.engine.dispose()
-        if rt.lease_engine is not None:
-            rt.leases.stop()
-            rt.lease_engine.dispose()
+        _close(rt)
     # Then it waited on for the connection and committed, instead of giving up the answer
     assert outcome.value == "committed"
     assert [r.message for r in caplog.records if "to commit; waiting on" in r.message]
@@ -218,3 +226,47 @@ def test_leases_are_renewed_while_the_task_threads_hold_every_connection(
             select(lease_holders.c.alive_until).where(lease_holders.c.owner == rt.owner)
         ).scalar_one()
     assert alive_until > claim.expires_at
+
+
+def test_a_commit_waits_its_turn_at_the_gate_holding_no_connection(
+    settings: Settings, engine: Engine
+) -> None:
+    # Given a process whose pool has two connections, so that commits may hold one, and
+    # whose one commit slot another turn's commit holds
+    rt = _tight_runtime(settings, size=2, timeout_s=0.5)
+    _, (sid,) = make_run(engine)
+    answered = threading.Event()
+    model = _page_author(lambda _request: answered.set())
+    outcomes: list[str] = []
+    assert rt.commit_gate.acquire(timeout=1)
+    turn = threading.Thread(
+        target=lambda: outcomes.append(
+            run_turn(rt=rt, session_id=sid, turn_no=0, model=model).value
+        )
+    )
+    try:
+        # When a turn's model answers while the slot is held
+        turn.start()
+        assert answered.wait(10)
+        turn.join(0.5)
+        # Then its commit waits for the slot, holding no connection: both are free for
+        # the claims of other turns
+        assert turn.is_alive()
+        with rt.engine.connect() as one, rt.engine.connect() as two:
+            assert one.execute(text("select 1")).scalar_one() == 1
+            assert two.execute(text("select 1")).scalar_one() == 1
+        with engine.connect() as conn:
+            assert (
+                conn.execute(select(sessions.c.next_turn).where(sessions.c.id == sid)).scalar_one()
+                == 0
+            )
+    finally:
+        rt.commit_gate.release()
+        turn.join(10)
+        _close(rt)
+    # And once the slot frees, the turn commits
+    assert outcomes == ["committed"]
+    with engine.connect() as conn:
+        assert (
+            conn.execute(select(sessions.c.next_turn).where(sessions.c.id == sid)).scalar_one() == 1
+        )
