@@ -120,6 +120,17 @@ class Runtime:
         self._slowest: tuple[float, float] = (0.0, 0.0)
         """The slowest send finished lately: seconds it took, and when it finished."""
         self._warned_at = -SLOW_SEND_WARN_S
+        size = getattr(self.engine.pool, "size", None)
+        slots = size() if callable(size) else 1
+        self.commit_gate = threading.BoundedSemaphore(max(1, int(slots * COMMIT_SHARE)))
+        """Admits a turn's commit while fewer than :data:`COMMIT_SHARE` of the pool commit.
+
+        At a fixed model latency a whole fleet's answers arrive together: were their
+        commits let at the pool at once, the next turns' claims would queue behind every
+        one of them, and each session's next model call would start only once the burst
+        was over. Gated, the commits go in about the order their answers came (waiters
+        are woken first come, first served) and a claim finds a connection at once, so a
+        session's next call starts as soon as its commit ends."""
 
     @cached_property
     def leases(self) -> LeaseKeeper:
@@ -136,21 +147,6 @@ class Runtime:
             renew_s=self.settings.lease_renew_s,
             clock=self.clock,
         )
-
-    @cached_property
-    def commit_gate(self) -> threading.BoundedSemaphore:
-        """Admits a turn's commit while fewer than :data:`COMMIT_SHARE` of the pool commit.
-
-        At a fixed model latency a whole fleet's answers arrive together: were their
-        commits let at the pool at once, the next turns' claims would queue behind every
-        one of them, and each session's next model call would start only once the burst
-        was over. Gated, the commits go in about the order their answers came (waiters
-        are woken first come, first served) and a claim finds a connection at once, so a
-        session's next call starts as soon as its commit ends.
-        """
-        size = getattr(self.engine.pool, "size", None)
-        slots = size() if callable(size) else 1
-        return threading.BoundedSemaphore(max(1, int(slots * COMMIT_SHARE)))
 
     @cached_property
     def providers(self) -> Providers:

@@ -58,6 +58,12 @@ def _page_author(before: Callable[[ModelRequest], None]) -> ScriptedModel:
     return ScriptedModel([model_turn(created)], before=before)
 
 
+def _next_turn(engine: Engine, session_id: int) -> int:
+    with engine.connect() as conn:
+        query = select(sessions.c.next_turn).where(sessions.c.id == session_id)
+        return int(conn.execute(query).scalar_one())
+
+
 def _close(rt: Runtime) -> None:
     rt.engine.dispose()
     if rt.lease_engine is not None:
@@ -201,10 +207,7 @@ def test_leases_are_renewed_while_the_task_threads_hold_every_connection(
     settings: Settings, engine: Engine
 ) -> None:
     # Given a process whose one pooled connection is held, as a saturated worker's are
-    tight = settings.model_copy(
-        update={"db_pool_size": 1, "db_max_overflow": 0, "db_pool_timeout_s": 0.2}
-    )
-    rt = Runtime(settings=tight, engine=make_engine(tight), dispatcher=RecordingDispatcher())
+    rt = _tight_runtime(settings, size=1, timeout_s=0.2)
     _, (sid,) = make_run(engine)
     with engine.begin() as conn:
         claim = lease_turn(conn, session_id=sid, turn_no=0, owner=rt.owner, now=utcnow(), ttl_s=1.0)
@@ -255,18 +258,11 @@ def test_a_commit_waits_its_turn_at_the_gate_holding_no_connection(
         with rt.engine.connect() as one, rt.engine.connect() as two:
             assert one.execute(text("select 1")).scalar_one() == 1
             assert two.execute(text("select 1")).scalar_one() == 1
-        with engine.connect() as conn:
-            assert (
-                conn.execute(select(sessions.c.next_turn).where(sessions.c.id == sid)).scalar_one()
-                == 0
-            )
+        assert _next_turn(engine, sid) == 0
     finally:
         rt.commit_gate.release()
         turn.join(10)
         _close(rt)
     # And once the slot frees, the turn commits
     assert outcomes == ["committed"]
-    with engine.connect() as conn:
-        assert (
-            conn.execute(select(sessions.c.next_turn).where(sessions.c.id == sid)).scalar_one() == 1
-        )
+    assert _next_turn(engine, sid) == 1
