@@ -185,10 +185,6 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             self.thread.stop()
 
 
-#: Reserved messages per task slot of a green pool. With one, a worker whose slots are all
-#: busy stops reading its queue, and once a slot frees it looks again only after its
-#: consumer's next pause (up to a second); with two it keeps one message ready per slot.
-GREEN_PREFETCH_MULTIPLIER = 2
 #: Broker connections a green worker may open beyond one per slot (its consumer, events).
 GREEN_SPARE_CONNECTIONS = 10
 
@@ -205,7 +201,10 @@ def _fit_to_pool(worker: Any) -> None:
     prefork = isinstance(worker.pool_cls, type) and issubclass(worker.pool_cls, PreforkPool)
     app.concurrency = 1 if prefork else worker.concurrency
     if getattr(worker.pool_cls, "is_green", False):
-        worker.prefetch_multiplier = max(worker.prefetch_multiplier, GREEN_PREFETCH_MULTIPLIER)
+        # A green pool's consumer blocks on a message it has no slot for, and that message
+        # waits a whole turn while another worker may have a slot free: reserve no more
+        # than the slots (the transport looks again as soon as one frees).
+        app.conf.worker_disable_prefetch = True
         if app.settings.broker_url.startswith(("redis://", "rediss://")):
             # Every greenlet acks its own message and sends the next on the broker's
             # connection pool (kombu's default holds 10): past that an ack fails, the

@@ -21,6 +21,8 @@ from worker.store.tables import runs, sessions, turn_timings, verifications
 RUN_TIMEOUT_S = 240
 #: CPU each greenlet burns in the clock's test.
 BURN_S = 0.05
+#: The model's latency in the reservation test: far longer than a worker takes to start.
+SLOW_MODEL_MS = 20_000
 
 
 @pytest.fixture
@@ -120,3 +122,39 @@ def test_a_gevent_worker_judges_pages_in_chromium(
         ).all()
     assert len(rows) == 3
     assert all(r.method == "browser" and r.screenshot_png for r in rows)
+
+
+def _first_turns(engine: Engine, run_id: int) -> tuple[int, int]:
+    """Sessions of the run whose first turn was claimed, and turns committed so far."""
+    with engine.connect() as conn:
+        claimed, committed = conn.execute(
+            select(
+                func.count().filter(
+                    sessions.c.lease_owner.is_not(None) | (sessions.c.next_turn > 0)
+                ),
+                func.coalesce(func.sum(sessions.c.next_turn), 0),
+            ).where(sessions.c.run_id == run_id)
+        ).one()
+    return int(claimed), int(committed)
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_a_gevent_worker_leaves_what_it_has_no_slot_for_to_a_worker_with_one(
+    settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # Given a gevent worker with two slots, and three first turns of a slow model queued
+    start_worker(pool="gevent", concurrency=2)
+    run_id = enqueue(settings, "--wave", "1x3", "--sim-latency-ms", str(SLOW_MODEL_MS))
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while _first_turns(engine, run_id)[0] < 2:
+        assert time.monotonic() < deadline, "the first worker never claimed two turns"
+        time.sleep(0.05)
+    # When a second worker with free slots starts
+    start_worker(pool="gevent", concurrency=2)
+    # Then it takes the third first turn while the first worker's two are still with the
+    # model: the first worker did not hold it back, waiting for a slot of its own
+    while (seen := _first_turns(engine, run_id))[0] < 3:
+        assert time.monotonic() < deadline, "the third first turn was never claimed"
+        time.sleep(0.05)
+    assert seen == (3, 0), "the third first turn waited for a turn of the first worker to end"
