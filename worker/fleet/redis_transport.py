@@ -33,7 +33,7 @@ from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 
 #: How often a consumer without room to take a message checks whether it has some.
-NO_ROOM_RECHECK_S = 0.02
+NO_ROOM_RECHECK_S = 0.05
 
 #: Where kombu finds this transport.
 TRANSPORT = f"{__name__}:Transport"
