@@ -7,7 +7,8 @@ literal, or a name bound to one). It runs an animation loop when ``requestAnimat
 is named in its code: called, or handed on (``const tick = requestAnimationFrame``). The
 markup is read with :class:`html.parser.HTMLParser` and the scripts with tree-sitter, as the
 load analysis reads them (:mod:`worker.tasks.dashboard.loads`); a script that names none of
-these words is not parsed at all.
+these words is not parsed at all, and a page whose every finding a scan of its scripts'
+text is sure of (:mod:`worker.tasks.dashboard.scan`) needs no parse.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 
 from worker.tasks.dashboard.grammar import arguments, parse_bytes, string_text, text
+from worker.tasks.dashboard.scan import sure_of
 
 if TYPE_CHECKING:
     from tree_sitter import Node
@@ -86,10 +88,18 @@ def _read(html: str, *, depth: int) -> PageCode:
     markup.feed(html)
     markup.close()
     markup.done()
+    scripts = [script for script in markup.scripts if _HINTS.search(script)]
     canvas, context_2d, frame = markup.canvas, False, False
-    for script in markup.scripts:
-        if not _HINTS.search(script):
-            continue
+    # A scan of the text is sure of what most pages do, for a tenth of a parse; what it is
+    # not sure of, the parse decides.
+    for script in scripts:
+        sure = sure_of(script)
+        canvas, context_2d = canvas or sure.canvas, context_2d or sure.context_2d
+        frame = frame or sure.animation_frame
+    if canvas and context_2d and frame:
+        return PageCode(canvas, context_2d, frame)
+    canvas, context_2d, frame = markup.canvas, False, False
+    for script in scripts:
         found = _script(script, depth=depth)
         canvas, context_2d = canvas or found.canvas, context_2d or found.context_2d
         frame = frame or found.animation_frame
