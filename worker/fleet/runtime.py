@@ -120,6 +120,10 @@ class Runtime:
         self._slowest: tuple[float, float] = (0.0, 0.0)
         """The slowest send finished lately: seconds it took, and when it finished."""
         self._warned_at = -SLOW_SEND_WARN_S
+        self._count_lock = threading.Lock()
+        self._uncounted: set[int] = set()
+        """Endings committed and not yet counted, left to the count under way."""
+        self._counting = False
         size = getattr(self.engine.pool, "size", None)
         slots = size() if callable(size) else 1
         self.commit_gate = threading.BoundedSemaphore(max(1, int(slots * COMMIT_SHARE)))
@@ -230,9 +234,40 @@ class Runtime:
 
     def count_endings(self, session_ids: Iterable[int]) -> None:
         """Count sessions whose ending has committed on their waves, and start what a wave
-        they closed made due (:func:`worker.store.endings.count_endings`)."""
-        if endings.count_endings(self.engine, now=self.clock(), session_ids=list(session_ids)):
-            self.flush_outbox()
+        they closed made due (:func:`worker.store.endings.count_endings`).
+
+        A fleet's sessions end together, and one statement counts any number of them
+        where a statement each would take their wave's row one after the other. So the
+        endings that come while this process counts others are counted together, by the
+        caller already counting, as soon as its statement returns: a caller that finds a
+        count under way leaves its endings to it and returns at once. Endings a count
+        failed to record are left to the next one, or to the reconciler's.
+        """
+        with self._count_lock:
+            self._uncounted.update(session_ids)
+            if self._counting:
+                return
+            self._counting = True
+        try:
+            while True:
+                with self._count_lock:
+                    batch = sorted(self._uncounted)
+                    self._uncounted.clear()
+                    if not batch:
+                        self._counting = False
+                        return
+                try:
+                    closed = endings.count_endings(self.engine, now=self.clock(), session_ids=batch)
+                except BaseException:
+                    with self._count_lock:
+                        self._uncounted.update(batch)
+                    raise
+                if closed:
+                    self.flush_outbox()
+        except BaseException:
+            with self._count_lock:
+                self._counting = False
+            raise
 
     def flush_outbox(self, run_id: int | None = None) -> int:
         """Start the waves the database says are due, and send their first turns."""

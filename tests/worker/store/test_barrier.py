@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import OperationalError
 
 from tests.factories import call as tool_call
 from tests.factories import make_run, model_turn, page, run_script
 from worker.fleet.runtime import Runtime
 from worker.runs.verdicts import claim_handoff, load_handoff
 from worker.states import Outcome
+from worker.store import endings
 from worker.store.endings import count_endings, end_session
 from worker.store.engine import utcnow
 from worker.store.tables import outbox, waves
 from worker.store.waves import take_outbox
 
 pytestmark = pytest.mark.services
+
+#: Longest wait for a thread of these tests to reach or leave a held count.
+RELEASE_TIMEOUT_S = 30.0
 
 
 def _done_count(engine: Engine, wave_index: int, run_id: int) -> tuple[int, str]:
@@ -116,3 +122,70 @@ def test_endings_counted_at_once_count_each_once_and_close_the_wave_once(
     with engine.connect() as conn:
         keys = list(conn.execute(select(outbox.c.key).where(outbox.c.run_id == run_id)).scalars())
     assert keys.count(f"run:{run_id}:wave:2") == 1
+
+
+def _ended_wave(engine: Engine, size: int) -> tuple[int, list[int]]:
+    """A run of two waves of ``size``, every session of the first ended, none counted."""
+    run_id, ids = make_run(engine, waves=f"2x{size}")
+    with engine.begin() as conn:
+        for sid in ids[:size]:
+            assert end_session(conn, session_id=sid, outcome=Outcome.verified, now=utcnow())
+    return run_id, ids[:size]
+
+
+def test_endings_that_come_while_a_count_runs_are_counted_together_by_it(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a wave of eight ended sessions, and a count of the first held in its statement
+    run_id, wave = _ended_wave(runtime.engine, 8)
+    counted = endings.count_endings
+    calls: list[list[int]] = []
+    inside, release = threading.Event(), threading.Event()
+
+    def held(engine: Engine, **kwargs: Any) -> bool:
+        calls.append(list(kwargs["session_ids"]))
+        if len(calls) == 1:
+            inside.set()
+            assert release.wait(RELEASE_TIMEOUT_S)
+        return counted(engine, **kwargs)
+
+    monkeypatch.setattr(endings, "count_endings", held)
+    first = threading.Thread(target=runtime.count_endings, args=([wave[0]],))
+    first.start()
+    assert inside.wait(RELEASE_TIMEOUT_S)
+    # When the seven others end while it runs, each from a turn of its own
+    for sid in wave[1:]:
+        runtime.count_endings([sid])
+    # Then each left its ending to the count under way and returned at once
+    assert calls == [[wave[0]]]
+    assert _done_count(runtime.engine, 1, run_id) == (0, "running")
+    # And once that count's statement returns, it counts all seven in one more, and the
+    # wave closes once
+    release.set()
+    first.join(RELEASE_TIMEOUT_S)
+    assert calls == [[wave[0]], sorted(wave[1:])]
+    assert _done_count(runtime.engine, 1, run_id) == (8, "finished")
+
+
+def test_endings_a_count_failed_to_record_are_counted_by_the_next(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a wave of two ended sessions, and a database that fails the first count
+    run_id, wave = _ended_wave(runtime.engine, 2)
+    counted = endings.count_endings
+    calls: list[list[int]] = []
+
+    def failing_once(engine: Engine, **kwargs: Any) -> bool:
+        calls.append(list(kwargs["session_ids"]))
+        if len(calls) == 1:
+            raise OperationalError("count", {}, Exception("the server closed the connection"))
+        return counted(engine, **kwargs)
+
+    monkeypatch.setattr(endings, "count_endings", failing_once)
+    # When the first ending's count fails, and the second session ends
+    with pytest.raises(OperationalError):
+        runtime.count_endings([wave[0]])
+    runtime.count_endings([wave[1]])
+    # Then the second count counts both, and the wave closes
+    assert calls == [[wave[0]], sorted(wave)]
+    assert _done_count(runtime.engine, 1, run_id) == (2, "finished")
