@@ -196,8 +196,10 @@ def test_unwritable_html_path_is_reported(
 def test_real_run_figures(
     settings: Settings, engine: Engine, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    # Given a finished 2x2 sim run on a real worker, and samples with known values
-    start_worker()
+    # Given a finished 2x2 sim run on a real worker, and samples with known values (the
+    # worker's own sampler waits past the test: a run slowed by a busy machine would
+    # otherwise be sampled too)
+    start_worker(SWARM_SAMPLE_INTERVAL_S="3600")
     run_id = enqueue(
         settings,
         "--wave",
