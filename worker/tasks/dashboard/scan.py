@@ -87,28 +87,16 @@ def code_spans(source: str) -> list[tuple[int, int]] | None:
             depth, after_value, i = depth + 1, False, j + 1
             continue
         if c == "}":
-            if templates and templates[-1] == depth:
-                templates.pop()
-                spans.append((start, j))
-                end = _template_rest(source, j + 1, templates, depth)
-                if end is None:
-                    return None
-                start = i = end
-                after_value = True
+            if not templates or templates[-1] != depth:
+                depth -= 1
+                after_value, i = True, j + 1
                 continue
-            depth -= 1
-            after_value, i = True, j + 1
-            continue
-        if c in "'\"":
+            templates.pop()  # it closes a ``${``: the template's text goes on
+            end = _template_rest(source, j + 1, templates, depth)
+        elif c in "'\"":
             end = _string_end(source, j + 1, c)
         elif c == "`":
-            spans.append((start, j))
             end = _template_rest(source, j + 1, templates, depth)
-            if end is None:
-                return None
-            start = i = end
-            after_value = True
-            continue
         else:  # "/"
             nxt = source[j + 1 : j + 2]
             if nxt == "/":
@@ -134,7 +122,8 @@ def code_spans(source: str) -> list[tuple[int, int]] | None:
             return None
         spans.append((start, j))
         start = i = end
-        after_value = True
+        # After a literal a ``/`` divides; at the start of a ``${`` it starts an expression.
+        after_value = not source.endswith("${", 0, end)
     if depth or templates:
         return None
     spans.append((start, n))
