@@ -75,6 +75,7 @@ def test_the_scan_is_sure_of_what_a_sim_dashboard_does() -> None:
         "const t = `requestAnimationFrame(f) ${x} c.getContext('2d')`;",
         "const r = /requestAnimationFrame\\(f\\)/g; const q = x / 2 / /getContext\\('2d'\\)/;",
         "const r = /[/]requestAnimationFrame(f)/;",
+        "const t = `${/requestAnimationFrame(f)/.source}`;",
         # not a call or a name the parse counts
         "const g = new c.getContext('2d');",
         "const { requestAnimationFrame } = window;",
