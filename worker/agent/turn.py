@@ -9,7 +9,9 @@ a poison turn, a fatal provider error), or asks to be retried later (a transient
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, replace
@@ -34,6 +36,7 @@ from worker.agent.events import (
     ToolFailure,
     ToolResult,
 )
+from worker.agent.frozen import freeze
 from worker.agent.prompt import build_prefix
 from worker.agent.timings import TurnTimer
 from worker.agent.tools import ToolContext, run_tool, texts_needed
@@ -152,10 +155,11 @@ def _run_turn(
         claim, view = claimed
         timer.lap("claim")
         read = kept.advance(held, view)
-        # The rows the claim read are in ``read`` now (kept, frozen): a turn waiting on its
-        # model does not hold them twice.
-        view = replace(view, events=[])
-        loaded = _load(conn, view, read)
+        run_config, config = RUN_CONFIGS.get(view.run_id, view.run_config)
+        # The rows the claim read are in ``read`` now (kept, frozen), and the run's settings
+        # are its run's: a turn waiting on its model does not hold either twice.
+        view = replace(view, events=[], run_config=run_config)
+        loaded = _load(conn, view, config, read)
     timer.lap("rebuild")
     ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no), sent)
     traced = (
@@ -182,6 +186,48 @@ def _run_turn(
         timer.cpu_ms(),
     )
     return outcome
+
+
+class RunConfigs:
+    """Each run's settings as this process last read them, decoded and validated once.
+
+    Every turn reads its run's settings with its claim; kept by each turn while it waits on
+    its model, they cost about 5 KB a session, the same for every session of the run. A
+    turn that reads settings other than those kept (a run whose settings were rewritten)
+    validates and keeps what it read: what a process keeps never decides what a turn sees.
+    """
+
+    def __init__(self, *, max_runs: int = 64) -> None:
+        self.max_runs = max_runs
+        self._kept: OrderedDict[int, tuple[dict[str, Any], RunConfig]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, run_id: int, read: dict[str, Any]) -> tuple[dict[str, Any], RunConfig]:
+        """The run's settings as ``read`` (read-only, shared) and validated.
+
+        Raises:
+            pydantic.ValidationError: ``read`` is not a run's settings.
+        """
+        with self._lock:
+            kept = self._kept.get(run_id)
+            if kept is not None and kept[0] == read:
+                self._kept.move_to_end(run_id)
+                return kept
+        config = RunConfig.model_validate(read)
+        kept = (freeze(read), config)
+        with self._lock:
+            self._kept[run_id] = kept
+            self._kept.move_to_end(run_id)
+            while len(self._kept) > self.max_runs:
+                self._kept.popitem(last=False)
+        return kept
+
+
+#: The process's runs' settings (:class:`RunConfigs`).
+RUN_CONFIGS = RunConfigs()
 
 
 class _Ledger(NamedTuple):
@@ -217,8 +263,9 @@ class _Loaded(NamedTuple):
     """The session's history: its events and the model's contents."""
 
 
-def _load(conn: Connection, view: sessions.SessionView, read: transcript.Transcript) -> _Loaded:
-    config = RunConfig.model_validate(view.run_config)
+def _load(
+    conn: Connection, view: sessions.SessionView, config: RunConfig, read: transcript.Transcript
+) -> _Loaded:
     # Summing the run's usage rows costs the database more with every turn of the run:
     # only a limit to check is worth it. A budget held by reservations needs no sum.
     checked = view.run_budget_usd is not None and config.reserve == "off"

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import func, select, update
 
 from tests.factories import ScriptedModel, call, make_run, model_turn, page, run_script
-from worker.agent.turn import run_turn
+from worker.agent.turn import RUN_CONFIGS, RunConfigs, run_turn
+from worker.config import RunConfig
 from worker.errors import (
     ModelFatal,
     ModelPaused,
@@ -21,7 +22,7 @@ from worker.errors import (
 )
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelRequest
-from worker.store.tables import artifact_versions, blobs, events, sessions, usage
+from worker.store.tables import artifact_versions, blobs, events, runs, sessions, usage
 
 pytestmark = pytest.mark.services
 
@@ -363,6 +364,77 @@ def test_max_turns_stops_the_session(runtime: Runtime) -> None:
             select(sessions.c.status, sessions.c.outcome).where(sessions.c.id == sid)
         ).one()
     assert (row.status, row.outcome) == ("stopped", "max_turns")
+
+
+def test_turns_of_one_run_validate_its_settings_once(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run of three sessions, and every validation of a run's settings counted
+    run_id, sids = make_run(runtime.engine, waves="1x3")
+    validated: list[object] = []
+    validate = RunConfig.model_validate
+
+    def counted(value: Any) -> RunConfig:
+        validated.append(value)
+        return validate(value)
+
+    monkeypatch.setattr(RunConfig, "model_validate", counted)
+    model = ScriptedModel([model_turn(call("plan_manage", action="list"))] * 3)
+    # When a turn of each runs
+    for sid in sids:
+        assert run_turn(rt=runtime, session_id=sid, turn_no=0, model=model).value == "committed"
+    # Then the settings were validated by the first turn only, and what the turns share is
+    # read-only
+    assert len(validated) == 1
+    shared, _ = RUN_CONFIGS.get(run_id, _stored_config(runtime, run_id))
+    assert len(validated) == 1
+    with pytest.raises(TypeError, match="read-only"):
+        shared["max_turns"] = 1
+
+
+def test_settings_rewritten_under_a_run_are_what_its_next_turn_applies(
+    runtime: Runtime,
+) -> None:
+    # Given a session with one turn behind it, its run's settings kept by this process
+    run_id, (sid,) = make_run(runtime.engine, max_turns=5)
+    model = ScriptedModel([model_turn(call("plan_manage", action="list"))] * 2)
+    assert run_turn(rt=runtime, session_id=sid, turn_no=0, model=model).value == "committed"
+    # When the run's stored settings change, then the next turn runs
+    with runtime.engine.begin() as conn:
+        conn.execute(
+            update(runs)
+            .where(runs.c.id == run_id)
+            .values(config={**_stored_config(runtime, run_id), "max_turns": 1})
+        )
+    outcome = run_turn(rt=runtime, session_id=sid, turn_no=1, model=model)
+    # Then that turn applies the settings as stored, not those the process kept
+    assert outcome.value == "ended"
+    with runtime.engine.connect() as conn:
+        row = conn.execute(select(sessions.c.outcome).where(sessions.c.id == sid)).one()
+    assert row.outcome == "max_turns"
+
+
+def test_the_kept_settings_are_bounded_by_runs_least_recently_used_first() -> None:
+    # Given room for the settings of two runs
+    kept = RunConfigs(max_runs=2)
+    settings = {n: RunConfig(waves="1x1", seed=n).model_dump(mode="json") for n in (1, 2, 3)}
+    first = kept.get(1, settings[1])
+    kept.get(2, settings[2])
+    # When run 1 is read again and run 3 comes
+    assert kept.get(1, dict(settings[1])) is first
+    kept.get(3, settings[3])
+    # Then run 2's were dropped and run 1's kept: run 2 is validated again, run 1 is not
+    assert kept.get(1, settings[1]) is first
+    assert kept.get(2, settings[2])[1] == RunConfig(waves="1x1", seed=2)
+    assert len(kept) == 2
+
+
+def _stored_config(rt: Runtime, run_id: int) -> dict[str, Any]:
+    with rt.engine.connect() as conn:
+        stored: dict[str, Any] = conn.execute(
+            select(runs.c.config).where(runs.c.id == run_id)
+        ).scalar_one()
+    return stored
 
 
 def test_a_turn_that_keeps_crashing_ends_the_session_in_error(runtime: Runtime) -> None:
