@@ -22,6 +22,7 @@ from collections import OrderedDict
 from worker.tasks.base import Check, passed
 from worker.tasks.dashboard.code import PageCode, page_code
 from worker.tasks.dashboard.loads import network_loads
+from worker.tasks.dashboard.markup import Markup, read_markup
 
 __all__ = ["DEFAULT_MAX_BYTES", "Check", "passed", "static_checks"]
 
@@ -60,12 +61,14 @@ def static_checks(html: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Chec
         if found is not None:
             _recent.move_to_end(key)
             return list(found)
-    code = page_code(html)
+    # Both readings start from the markup: it is read once.
+    markup = read_markup(html)
+    code = page_code(markup)
     checks = (
         _check_size(html, max_bytes),
         _check_canvas_2d(code),
         _check_raf_loop(code),
-        _check_no_external_url(html),
+        _check_no_external_url(markup),
     )
     with _recent_lock:
         _recent[key] = checks
@@ -120,8 +123,8 @@ def _check_raf_loop(code: PageCode) -> Check:
     return Check("raf_loop", found, found, detail)
 
 
-def _check_no_external_url(html: str) -> Check:
-    offending = sorted({_snippet(found) for found in network_loads(html)})[:MAX_REPORTED_URLS]
+def _check_no_external_url(markup: Markup) -> Check:
+    offending = sorted({_snippet(found) for found in network_loads(markup)})[:MAX_REPORTED_URLS]
     if offending:
         detail = (
             f"The page loads {len(offending)} resource(s) from the network: "

@@ -5,20 +5,21 @@ canvas (a ``<canvas>`` tag in its markup, in markup a script writes, or one a sc
 with ``createElement('canvas')``) and a script calls ``getContext('2d')`` (the argument a
 literal, or a name bound to one). It runs an animation loop when ``requestAnimationFrame``
 is named in its code: called, or handed on (``const tick = requestAnimationFrame``). The
-markup is read with :class:`html.parser.HTMLParser` and the scripts with tree-sitter, as the
-load analysis reads them (:mod:`worker.tasks.dashboard.loads`); a script that names none of
-these words is not parsed at all, and a page whose every finding a scan of its scripts'
-text is sure of (:mod:`worker.tasks.dashboard.scan`) needs no parse.
+markup is read once for this and the load analysis (:mod:`worker.tasks.dashboard.markup`,
+:mod:`worker.tasks.dashboard.loads`) and the scripts with tree-sitter, as the load analysis
+reads them; a script that names none of these words is not parsed at all, and a page whose
+every finding a scan of its scripts' text is sure of (:mod:`worker.tasks.dashboard.scan`)
+needs no parse.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 
 from worker.tasks.dashboard.grammar import arguments, parse_bytes, string_text, text
+from worker.tasks.dashboard.markup import Markup, StartTag, read_markup
 from worker.tasks.dashboard.scan import sure_of
 
 if TYPE_CHECKING:
@@ -46,59 +47,41 @@ class PageCode:
     """A script names ``requestAnimationFrame`` in its code."""
 
 
-class _Markup(HTMLParser):
-    """Finds ``<canvas>`` tags and collects the scripts (elements and ``on*`` handlers)."""
+def page_code(page: str | Markup) -> PageCode:
+    """Read what a page draws with and how it animates.
 
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.canvas = False
-        self.scripts: list[str] = []
-        self._reading: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.canvas = self.canvas or tag == "canvas"
-        values = {name: value or "" for name, value in attrs}
-        self.scripts += [v for name, v in values.items() if name.startswith("on")]
-        if tag == "script" and values.get("type", "").strip().lower() in _JS_TYPES:
-            self._reading = []
-
-    def handle_data(self, data: str) -> None:
-        if self._reading is not None:
-            self._reading.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "script" and self._reading is not None:
-            self.scripts.append("".join(self._reading))
-            self._reading = None
-
-    def done(self) -> None:
-        """Keep a script left open at the end of the page, as a browser would run it."""
-        if self._reading is not None:
-            self.scripts.append("".join(self._reading))
-            self._reading = None
+    Args:
+        page: The page, or its markup as read already.
+    """
+    return _read(read_markup(page) if isinstance(page, str) else page, depth=0)
 
 
-def page_code(html: str) -> PageCode:
-    """Read what ``html`` draws with and how it animates."""
-    return _read(html, depth=0)
+def scripts_of(markup: Markup) -> tuple[bool, list[str]]:
+    """Whether the markup has a ``<canvas>`` tag, and its scripts (``on*`` handlers and the
+    text of each JavaScript ``<script>``), in document order."""
+    canvas, scripts = False, []
+    for item in markup.items:
+        if isinstance(item, StartTag):
+            canvas = canvas or item.tag == "canvas"
+            scripts += [v for name, v in item.attrs.items() if name.startswith("on")]
+        elif item.tag == "script" and item.type in _JS_TYPES:
+            scripts.append(item.text)
+    return canvas, scripts
 
 
-def _read(html: str, *, depth: int) -> PageCode:
-    markup = _Markup()
-    markup.feed(html)
-    markup.close()
-    markup.done()
-    scripts = [script for script in markup.scripts if _HINTS.search(script)]
-    canvas, context_2d, frame = markup.canvas, False, False
+def _read(markup: Markup, *, depth: int) -> PageCode:
+    canvas, scripts = scripts_of(markup)
+    scripts = [script for script in scripts if _HINTS.search(script)]
+    found_canvas, context_2d, frame = canvas, False, False
     # A scan of the text is sure of what most pages do, for a tenth of a parse; what it is
     # not sure of, the parse decides.
     for script in scripts:
         sure = sure_of(script)
-        canvas, context_2d = canvas or sure.canvas, context_2d or sure.context_2d
+        found_canvas, context_2d = found_canvas or sure.canvas, context_2d or sure.context_2d
         frame = frame or sure.animation_frame
-    if canvas and context_2d and frame:
-        return PageCode(canvas, context_2d, frame)
-    canvas, context_2d, frame = markup.canvas, False, False
+    if found_canvas and context_2d and frame:
+        return PageCode(found_canvas, context_2d, frame)
+    context_2d, frame = False, False
     for script in scripts:
         found = _script(script, depth=depth)
         canvas, context_2d = canvas or found.canvas, context_2d or found.context_2d
@@ -132,7 +115,10 @@ def _script(source: str, *, depth: int) -> PageCode:
     if depth < _MAX_DEPTH and not canvas:
         for node in _at(root, data, b"<canvas", ignore_case=True):
             string = _enclosing_string(node)
-            if string is not None and _read(string_text(string), depth=depth + 1).canvas:
+            if (
+                string is not None
+                and _read(read_markup(string_text(string)), depth=depth + 1).canvas
+            ):
                 canvas = True
                 break
     return PageCode(canvas, context_2d, frame)

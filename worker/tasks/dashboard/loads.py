@@ -1,8 +1,9 @@
 """What an artifact would load from the network, found by parsing it, not by pattern.
 
 The page is parsed as a browser reads it: markup with the standard library's
-:class:`html.parser.HTMLParser`, scripts and styles with tree-sitter's JavaScript and CSS
-grammars. Only the places that make a browser fetch something count:
+:class:`html.parser.HTMLParser` (:mod:`worker.tasks.dashboard.markup`), scripts and styles
+with tree-sitter's JavaScript and CSS grammars. Only the places that make a browser fetch
+something count:
 
 * markup: ``src`` (and ``srcset``, ``poster``, ``data``, ``background``) of the elements that
   load them, and ``href`` only where the element loads it (``<link rel=stylesheet>``, icons,
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 
 from worker.tasks.dashboard.grammar import (
@@ -37,6 +37,7 @@ from worker.tasks.dashboard.grammar import (
     string_text,
     text,
 )
+from worker.tasks.dashboard.markup import Markup, StartTag, read_markup
 
 if TYPE_CHECKING:
     from tree_sitter import Node
@@ -100,79 +101,46 @@ _MARKUP_RE = re.compile(r"<[a-zA-Z][\w:-]*[\s/>]")
 _MAX_DEPTH = 3
 
 
-def network_loads(html: str) -> list[str]:
-    """Every remote load in ``html``, repeats included.
+def network_loads(page: str | Markup) -> list[str]:
+    """Every remote load in ``page``, repeats included.
 
     Args:
-        html: A whole page, or a fragment of markup.
+        page: A whole page, or a fragment of markup, or its markup as read already.
 
     Returns:
         The remote URLs the page would load, or the call itself (``new WebSocket(url)``)
         where the call reaches the network whatever its argument.
     """
-    return list(_html_loads(html, depth=0))
+    markup = read_markup(page) if isinstance(page, str) else page
+    return list(_markup_loads(markup, depth=0))
 
 
-class _Markup(HTMLParser):
-    """Collects loads from markup; script and style text is handed to their parsers."""
-
-    def __init__(self, depth: int) -> None:
-        super().__init__(convert_charrefs=True)
-        self.depth = depth
-        self.found: list[str] = []
-        self._raw: tuple[str, str] | None = None  # ("script"|"style", type) being read
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = {name: value or "" for name, value in attrs}
-        targets = [values[name] for name in _LOADING_ATTRS.get(tag, ()) if name in values]
-        if "srcset" in values and "srcset" in _LOADING_ATTRS.get(tag, ()):
-            # candidates are "url 1x, url 2x": a candidate's URL is its first word
-            targets.remove(values["srcset"])
-            targets += [c.split()[0] for c in values["srcset"].split(",") if c.split()]
-        rels = set(values.get("rel", "").lower().split())
-        if tag == "link" and rels & _LOADING_RELS:
-            targets.append(values.get("href", ""))
-        self.found.extend(_remote(targets))
-        if "style" in values:
-            self.found.extend(_css_loads(values["style"], declarations=True))
-        for name, value in values.items():
-            if name.startswith("on"):
-                self.found.extend(_js_loads(value, depth=self.depth))
-        if tag in ("script", "style"):
-            self._raw, self._text = (tag, values.get("type", "").strip().lower()), []
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.handle_starttag(tag, attrs)
-        if tag in ("script", "style"):
-            self._raw = None
-
-    def handle_data(self, data: str) -> None:
-        if self._raw is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if self._raw is not None and tag == self._raw[0]:
-            self.finish()
-
-    def finish(self) -> None:
-        """Judge the script or style being read (also one left open at the end)."""
-        if self._raw is None:
-            return
-        (kind, kind_type), text = self._raw, "".join(self._text)
-        self._raw = None
-        if kind == "style":
-            self.found.extend(_css_loads(text, declarations=False))
-        elif kind_type in _JS_TYPES:
-            self.found.extend(_js_loads(text, depth=self.depth))
+def _markup_loads(markup: Markup, *, depth: int) -> Iterator[str]:
+    for item in markup.items:
+        if isinstance(item, StartTag):
+            yield from _tag_loads(item, depth=depth)
+        elif item.tag == "style":
+            yield from _css_loads(item.text, declarations=False)
+        elif item.type in _JS_TYPES:
+            yield from _js_loads(item.text, depth=depth)
 
 
-def _html_loads(html: str, *, depth: int) -> list[str]:
-    markup = _Markup(depth)
-    markup.feed(html)
-    markup.close()
-    markup.finish()
-    return markup.found
+def _tag_loads(start: StartTag, *, depth: int) -> Iterator[str]:
+    tag, values = start.tag, start.attrs
+    targets = [values[name] for name in _LOADING_ATTRS.get(tag, ()) if name in values]
+    if "srcset" in values and "srcset" in _LOADING_ATTRS.get(tag, ()):
+        # candidates are "url 1x, url 2x": a candidate's URL is its first word
+        targets.remove(values["srcset"])
+        targets += [c.split()[0] for c in values["srcset"].split(",") if c.split()]
+    rels = set(values.get("rel", "").lower().split())
+    if tag == "link" and rels & _LOADING_RELS:
+        targets.append(values.get("href", ""))
+    yield from _remote(targets)
+    if "style" in values:
+        yield from _css_loads(values["style"], declarations=True)
+    for name, value in values.items():
+        if name.startswith("on"):
+            yield from _js_loads(value, depth=depth)
 
 
 #: The nodes each grammar's scan looks at, found by tree-sitter's query engine (walking
@@ -377,7 +345,7 @@ def _string_bindings(nodes: list[Node]) -> dict[str, list[str]]:
 def _embedded_loads(text: str, *, depth: int) -> Iterator[str]:
     """Loads of markup (``innerHTML``) or CSS (``style.background``) held in a string."""
     if _MARKUP_RE.search(text):
-        yield from _html_loads(text, depth=depth)
+        yield from _markup_loads(read_markup(text), depth=depth)
     elif "url(" in text or "@import" in text:
         if "@import" in text:
             yield from _css_loads(text, declarations=False)

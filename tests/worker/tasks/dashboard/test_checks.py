@@ -7,7 +7,9 @@ import json
 import pytest
 
 from worker.tasks.dashboard import checks as checks_module
+from worker.tasks.dashboard import markup as markup_module
 from worker.tasks.dashboard.checks import Check, passed, static_checks
+from worker.tasks.dashboard.markup import Markup
 
 GOOD_SCRIPT = """
 const c = document.getElementById('c');
@@ -344,3 +346,22 @@ def test_a_page_checked_again_is_not_scanned_again(monkeypatch: pytest.MonkeyPat
     assert by_name(html, max_bytes=16)["size"].passed is False
     static_checks(page("<p>another page</p>"), max_bytes=4096)
     assert len(scans) == 2
+
+
+def test_a_page_s_markup_is_read_once_for_all_its_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given every read of markup counted, and a page whose script loads something
+    reads: list[str] = []
+    read = markup_module.read_markup
+
+    def counted(html: str) -> Markup:
+        reads.append(html)
+        return read(html)
+
+    monkeypatch.setattr(checks_module, "read_markup", counted)
+    html = page("<p>read once</p>", script=GOOD_SCRIPT + "fetch('https://cdn.example/x.json');")
+    # When it is checked
+    found = by_name(html)
+    # Then its markup was read once, and both readings of it judged the page
+    assert reads == [html]
+    assert found["canvas_2d"].passed and found["raf_loop"].passed
+    assert found["no_external_url"].value == ["https://cdn.example/x.json"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from worker.tasks.dashboard import code
+from worker.tasks.dashboard.markup import read_markup
 from worker.tasks.dashboard.pages import FLAWS, render_dashboard, render_lite
 from worker.tasks.dashboard.scan import Sure, code_spans, sure_of
 
@@ -27,11 +28,7 @@ def _pages() -> list[tuple[str, str]]:
 
 
 def _scripts(html: str) -> list[str]:
-    markup = code._Markup()
-    markup.feed(html)
-    markup.close()
-    markup.done()
-    return markup.scripts
+    return code.scripts_of(read_markup(html))[1]
 
 
 def test_the_corpus_is_there() -> None:
