@@ -79,9 +79,20 @@ def _worker(settings: Settings) -> WorkerProcess:
     return WorkerProcess(env, args).start()
 
 
-def _wait_until_holding(engine: Engine, run_id: int, owner: str) -> None:
+def _in_flight(engine: Engine, run_id: int, owner: str) -> dict[int, tuple[str, int, int]]:
+    """The sessions ``owner`` holds, each with where it stood, once it holds any.
+
+    Where they stood is read before what is held: a session that moves on between the two
+    reads is seen to move at once, where in the other order one that ended in between
+    would be waited on for ever. A worker between two waves holds nothing for a moment,
+    so an empty read is read again, never taken for the kill's work in flight.
+    """
     deadline = time.monotonic() + HOLD_TIMEOUT_S
-    while not held_by(engine, run_id, owner):
+    while True:
+        positions = session_positions(engine, run_id)
+        held = held_by(engine, run_id, owner)
+        if held:
+            return {sid: positions[sid] for sid in held}
         if time.monotonic() > deadline:
             raise TimeoutError(f"{owner} took no work over within {HOLD_TIMEOUT_S:g} s")
         time.sleep(0.05)
@@ -118,11 +129,9 @@ def _run(
             if n:
                 # 6 s after the last kill, once the new worker has taken work over
                 time.sleep(max(0.0, record[-1].at + KILL_GAP_S - time.monotonic()))
-                _wait_until_holding(engine, run_id, owner)
-            held = held_by(engine, run_id, owner)
-            positions = session_positions(engine, run_id)
+            interrupted = _in_flight(engine, run_id, owner)
             worker.stop(signal.SIGKILL)
-            record.append(Kill(time.monotonic(), {sid: positions[sid] for sid in held}))
+            record.append(Kill(time.monotonic(), interrupted))
             worker = _worker(settings)
             workers.append(worker)
         until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
