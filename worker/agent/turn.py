@@ -135,31 +135,11 @@ def _run_turn(
     started = time.monotonic()
     timer = TurnTimer(cpu_clock=rt.cpu_clock)
     claimed_at = rt.clock()
-    kept = transcript.cache_for(engine=rt.engine, settings=rt.settings)
-    held = kept.get(session_id)
-    with rt.engine.connect() as conn:
-        claimed = turns.claim_turn(
-            conn,
-            session_id=session_id,
-            turn_no=turn_no,
-            owner=rt.owner,
-            now=claimed_at,
-            ttl_s=rt.settings.lease_ttl_s,
-            since=None if held is None else held.mark,
-        )
-        if claimed is None:
-            with conn.begin():
-                claims.count_duplicate_turn(conn, session_id=session_id)
-            logger.info("turn %s/%s skipped: not due", session_id, turn_no)
-            return TurnOutcome.skipped
-        claim, view = claimed
-        timer.lap("claim")
-        read = kept.advance(held, view)
-        run_config, config = RUN_CONFIGS.get(view.run_id, view.run_config)
-        # The rows the claim read are in ``read`` now (kept, frozen), and the run's settings
-        # are its run's: a turn waiting on its model does not hold either twice.
-        view = replace(view, events=[], run_config=run_config)
-        loaded = _load(conn, view, config, read)
+    claimed = _claim(rt, session_id, turn_no, claimed_at, timer)
+    if claimed is None:
+        return TurnOutcome.skipped
+    claim, loaded = claimed
+    view = loaded.view
     timer.lap("rebuild")
     ledger = _Ledger(timer, claimed_at, claim.dispatched_at, rt.send_ms(session_id, turn_no), sent)
     traced = (
@@ -186,6 +166,41 @@ def _run_turn(
         timer.cpu_ms(),
     )
     return outcome
+
+
+def _claim(
+    rt: Runtime, session_id: int, turn_no: int, now: datetime, timer: TurnTimer
+) -> tuple[claims.Claim, _Loaded] | None:
+    """Claim the turn and read what it needs; None when it is not due.
+
+    A turn waiting on its model holds only what this returns: not the claim's own read of
+    the session (its rows are in the history now, kept and frozen), not the history that
+    read extended, not the run's settings as read (the run's are shared), not the
+    connection.
+    """
+    kept = transcript.cache_for(engine=rt.engine, settings=rt.settings)
+    held = kept.get(session_id)
+    with rt.engine.connect() as conn:
+        claimed = turns.claim_turn(
+            conn,
+            session_id=session_id,
+            turn_no=turn_no,
+            owner=rt.owner,
+            now=now,
+            ttl_s=rt.settings.lease_ttl_s,
+            since=None if held is None else held.mark,
+        )
+        if claimed is None:
+            with conn.begin():
+                claims.count_duplicate_turn(conn, session_id=session_id)
+            logger.info("turn %s/%s skipped: not due", session_id, turn_no)
+            return None
+        claim, view = claimed
+        timer.lap("claim")
+        read = kept.advance(held, view)
+        run_config, config = RUN_CONFIGS.get(view.run_id, view.run_config)
+        view = replace(view, events=[], run_config=run_config)
+        return claim, _load(conn, view, config, read)
 
 
 class RunConfigs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from datetime import UTC, datetime
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from tests.factories import ScriptedModel, call, make_run, model_turn, page, run_script
+from worker.agent.frozen import FrozenDict
 from worker.agent.turn import RUN_CONFIGS, RunConfigs, run_turn
 from worker.config import RunConfig
 from worker.errors import (
@@ -22,6 +24,7 @@ from worker.errors import (
 )
 from worker.fleet.runtime import Runtime
 from worker.models.base import ModelRequest
+from worker.store.sessions import SessionView
 from worker.store.tables import artifact_versions, blobs, events, runs, sessions, usage
 
 pytestmark = pytest.mark.services
@@ -390,6 +393,31 @@ def test_turns_of_one_run_validate_its_settings_once(
     assert len(validated) == 1
     with pytest.raises(TypeError, match="read-only"):
         shared["max_turns"] = 1
+
+
+def test_a_turn_waiting_on_its_model_holds_one_view_of_its_session(runtime: Runtime) -> None:
+    # Given a session two turns in, and a model that looks, during its call, at every view
+    # of that session alive in the process
+    _, (sid,) = make_run(runtime.engine)
+    seen: list[list[tuple[int, bool]]] = []
+
+    def alive(_: ModelRequest) -> None:
+        gc.collect()
+        seen.append(
+            [
+                (len(o.events), type(o.run_config) is FrozenDict)
+                for o in gc.get_objects()
+                if isinstance(o, SessionView) and o.id == sid
+            ]
+        )
+
+    model = ScriptedModel([model_turn(call("plan_manage", action="list"))] * 3, before=alive)
+    # When its turns run
+    for n in range(3):
+        assert run_turn(rt=runtime, session_id=sid, turn_no=n, model=model).value == "committed"
+    # Then while each waited on its model it held one view, without the rows its claim read
+    # (they are in the kept history), with its run's shared settings
+    assert seen == [[(0, True)]] * 3
 
 
 def test_settings_rewritten_under_a_run_are_what_its_next_turn_applies(

@@ -63,8 +63,7 @@ class SimModel:
         its usage do not depend on whether there is one.
         """
         if self.latency_ms:
-            wait = random.Random(f"latency:{self.seed}:{self.index}:{len(request.history)}")
-            time.sleep(self.latency_ms * wait.uniform(1 - self.jitter, 1 + self.jitter) / 1000)
+            time.sleep(self._latency_s(len(request.history)))
         turn = sum(1 for c in request.history if c["role"] == "model")
         move = self.player.play(request)
         content = self._content(move, turn)
@@ -75,6 +74,12 @@ class SimModel:
         if limit is not None and usage.output_tokens + usage.thoughts_tokens > limit:
             return _cut_off(move.text, usage, limit)
         return ModelTurn(content=content, calls=calls_of(content), text=move.text, usage=usage)
+
+    def _latency_s(self, history: int) -> float:
+        # A stream of its own, dropped before the wait: a generator's state is 2.5 KB, which
+        # a thousand calls in flight would hold for nothing.
+        wait = random.Random(f"latency:{self.seed}:{self.index}:{history}")
+        return self.latency_ms * wait.uniform(1 - self.jitter, 1 + self.jitter) / 1000
 
     def _content(self, move: Move, turn: int) -> Content:
         parts: list[dict[str, Any]] = [{"text": move.text}] if move.text else []
