@@ -195,7 +195,8 @@ def _fit_to_pool(worker: Any) -> None:
     The database pool is sized to the tasks that share it (a prefork child runs one at a
     time). A green pool (``-P gevent``) reads its queue ahead of its slots, may hold a
     broker connection per slot, and its turns measure their CPU by greenlet: they all run
-    on one thread.
+    on one thread. Celery's gevent pool gives way to :mod:`worker.fleet.green_pool`, which
+    frees each task's greenlet as the task ends.
     """
     app: SwarmCelery = worker.app
     prefork = isinstance(worker.pool_cls, type) and issubclass(worker.pool_cls, PreforkPool)
@@ -213,9 +214,15 @@ def _fit_to_pool(worker: Any) -> None:
             needed = worker.concurrency + GREEN_SPARE_CONNECTIONS
             options["max_connections"] = max(options.get("max_connections") or 0, needed)
         # Imported here: only a worker on a green pool loads greenlet.
+        from celery.concurrency.gevent import TaskPool as GeventPool
+
+        from worker.fleet.green_pool import TaskPool as GreenPool
         from worker.fleet.greenlets import GreenletCpu
 
         app.cpu_clock = GreenletCpu()
+        if worker.pool_cls is GeventPool:
+            # Each task's greenlet freed as it ends, not left to the collector.
+            worker.pool_cls = GreenPool
 
 
 def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:

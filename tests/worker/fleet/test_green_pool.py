@@ -1,10 +1,15 @@
-"""A worker on a green pool (``-P gevent``): whole runs, the browser, and CPU by greenlet."""
+"""A worker on a green pool (``-P gevent``): whole runs, the browser, CPU by greenlet, and
+the pool that frees each task's greenlet as it ends."""
 
 from __future__ import annotations
 
+import gc
+import signal
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
+import gevent
 import greenlet
 import psutil
 import pytest
@@ -13,6 +18,8 @@ from sqlalchemy import Engine, func, select
 from scheduler.cli.follow import until_finished
 from tests.conftest import WorkerProcess
 from tests.factories import duplicates, enqueue
+from worker.celery import create_app
+from worker.fleet.green_pool import TaskPool
 from worker.fleet.greenlets import GreenletCpu
 from worker.settings import Settings
 from worker.store.tables import runs, sessions, turn_timings, verifications
@@ -30,6 +37,49 @@ def clock() -> Iterator[GreenletCpu]:
     previous = greenlet.gettrace()
     yield GreenletCpu()
     greenlet.settrace(previous)
+
+
+def test_a_task_s_greenlet_is_freed_as_its_task_ends() -> None:
+    # Given the green pool, with the cyclic collector off
+    pool = TaskPool(limit=4)
+    pool.start()
+    results: list[int] = []
+    gc.collect()
+    gc.disable()
+    try:
+        # When three tasks run to their end, one of them told to terminate while it runs
+        ended = []
+        for n in range(3):
+            task = pool.on_apply(lambda n: n * 2, args=(n,), callback=results.append)
+            if n == 0:
+                task.terminate(signal.SIGTERM)
+            ended.append(weakref.ref(task))
+            del task
+        gevent.sleep(0.01)
+        # Then each ran, and its greenlet is gone with its last reference, not left to a
+        # collection
+        assert sorted(results) == [0, 2, 4]
+        assert [task() for task in ended] == [None, None, None]
+        assert not pool._pool_map
+    finally:
+        gc.enable()
+        pool.stop()
+
+
+def test_the_green_pool_still_terminates_a_running_task() -> None:
+    # Given a task of the green pool that waits
+    pool = TaskPool(limit=2)
+    pool.start()
+    done: list[object] = []
+    task = pool.on_apply(gevent.sleep, args=(30,), callback=done.append)
+    gevent.sleep(0)
+    # When the pool is asked to terminate it, as a revoke does
+    pool.terminate_job(id(task), signal.SIGTERM)
+    # Then it ends at once, as a killed task
+    task.join(timeout=5)
+    assert task.dead
+    assert done == [(False, None, None)]
+    pool.stop()
 
 
 def _burn(seconds: float) -> None:
@@ -99,6 +149,11 @@ def test_a_gevent_worker_runs_a_swarm_and_charges_each_turn_its_own_cpu(
         (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
     )
     assert 0 < turns_cpu_ms <= worker_cpu_ms
+    # And the worker ran its tasks on the pool that frees each task's greenlet as it ends
+    stats = create_app(settings).control.inspect(timeout=5).stats() or {}
+    assert [s["pool"]["implementation"] for s in stats.values()] == [
+        "worker.fleet.green_pool:TaskPool"
+    ], stats
 
 
 @pytest.mark.services
