@@ -5,8 +5,10 @@ greenlet (for a revoke that terminates): a reference cycle, so a greenlet that h
 not freed by its reference count but waits for the cyclic collector, with all it holds (the
 stack it was spawned from, its gevent locals, its context). A turn's greenlet lives through
 its model call, long enough to be moved to the oldest generation, which a worker collects
-rarely (:mod:`worker.fleet.collector`): at 10,000 sessions on two processes, each process
-held about 10,000 ended greenlets and 150,000 objects of theirs when its memory peaked.
+rarely (:mod:`worker.fleet.collector`). At 10,000 sessions on two processes each process
+held about 10,000 ended greenlets beside its 5,000 running ones when its memory peaked; at
+2,000 sessions a full collection found 140,000 to 160,000 unreachable objects a process
+(with this pool: 10 to 300).
 
 :class:`TaskPool` gives each greenlet the same ``terminate``, calling Celery's through a
 weak reference to the greenlet: no cycle, and the greenlet goes with its last reference.
