@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery, bootsteps, current_app, shared_task, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from pydantic import ValidationError
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from worker.agent.turn import run_turn
-from worker.errors import TransientError
+from worker.errors import NotMigrated, TransientError
 from worker.fleet import collector, redis_transport, sampler
 from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
@@ -32,7 +32,7 @@ from worker.fleet.outage import Outage
 from worker.fleet.reconciler import ReconcilerThread
 from worker.fleet.runtime import Runtime
 from worker.settings import QUEUES, SESSIONS_QUEUE, VERIFY_QUEUE, Settings, describe_invalid
-from worker.store.engine import connection_lost, make_engine, pool_sizes
+from worker.store.engine import connection_lost, database_problem, make_engine, pool_sizes
 from worker.store.fleet import fleet_id
 from worker.store.roles import can_reconcile
 
@@ -111,14 +111,34 @@ class SwarmCelery(Celery):  # type: ignore[misc]
 
     @cached_property
     def fleet(self) -> str | None:
-        """The fleet's identity: ``SWARM_FLEET``, else the id its database holds."""
+        """The fleet's identity: ``SWARM_FLEET``, else the id its database holds.
+
+        Raises:
+            SystemExit: the database cannot be reached, does not exist or holds no fleet
+                yet (one line, no traceback).
+        """
         if self.settings.fleet or self.settings.is_embedded:
             return self.settings.fleet
         # An engine of its own, closed at once: a process that only sends tasks (the
         # scheduler, Flower) keeps no connection for it.
         engine = make_engine(self.settings)
+        where = engine.url.render_as_string(hide_password=True)
+        not_migrated = (
+            f"error: database {where} holds no Swarm schema yet: run `python -m scheduler migrate`"
+        )
         try:
             return fleet_id(engine)
+        except NotMigrated:
+            raise SystemExit(not_migrated) from None
+        except (OperationalError, ProgrammingError) as exc:
+            detail = " ".join(str(exc.orig).split())
+            # A database never migrated has no fleet table (PostgreSQL's undefined_table).
+            if getattr(exc.orig, "sqlstate", None) == "42P01" or "no such table" in detail:
+                raise SystemExit(not_migrated) from None
+            if isinstance(exc, OperationalError):
+                line, _ = database_problem(exc, self.settings.database_url)
+                raise SystemExit(f"error: {line}") from None
+            raise SystemExit(f"error: cannot read the fleet's id from {where}: {detail}") from None
         finally:
             engine.dispose()
 

@@ -22,7 +22,7 @@ from worker.fleet.dispatch import Dispatcher
 from worker.fleet.runtime import Runtime
 from worker.settings import Settings, describe_invalid
 from worker.store.due import Dispatch
-from worker.store.engine import make_engine, require_migrated
+from worker.store.engine import database_problem, make_engine, require_migrated
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -115,29 +115,8 @@ def settings_error(exc: ValidationError, *, option: str | None = None) -> Operat
 
 def database_error(exc: sqlalchemy.exc.OperationalError, database_url: str) -> OperatorError:
     """One line for a database that cannot be used, with what to do about it."""
-    detail = " ".join(str(exc.orig).split())
-    url = make_url(database_url)
-    where = safe_url(database_url)
-    if url.get_backend_name() == "sqlite":
-        return ServiceUnavailable(
-            f"cannot open the SQLite database {url.database or ':memory:'} ({detail}): "
-            "check that its directory exists and is writable"
-        )
-    if "does not exist" in detail and "database" in detail:
-        return OperatorError(
-            f"database {url.database!r} does not exist on {url.host or 'localhost'}:"
-            f"{url.port or 5432}: create it (createdb {url.database}), then run "
-            "`python -m scheduler migrate`"
-        )
-    if "authentication failed" in detail or "password" in detail:
-        return OperatorError(
-            f"PostgreSQL refused the credentials of {where}: check the user and password "
-            "in SWARM_DATABASE_URL"
-        )
-    return ServiceUnavailable(
-        f"database {where} unreachable ({detail.removeprefix('connection failed: ')}): "
-        "start PostgreSQL or fix SWARM_DATABASE_URL"
-    )
+    line, unavailable = database_problem(exc, database_url)
+    return ServiceUnavailable(line) if unavailable else OperatorError(line)
 
 
 def check_broker(

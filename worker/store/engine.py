@@ -246,6 +246,34 @@ def head_revision() -> str:
     return head
 
 
+def database_problem(exc: OperationalError, database_url: str) -> tuple[str, bool]:
+    """One line for a database that cannot be used, with what to do about it, and whether
+    it is only out of reach (a service to start) rather than set up wrong."""
+    detail = " ".join(str(exc.orig).split())
+    url = make_url(database_url)
+    where = url.render_as_string(hide_password=True)
+    if url.get_backend_name() == "sqlite":
+        return (
+            f"cannot open the SQLite database {url.database or ':memory:'} ({detail}): "
+            "check that its directory exists and is writable"
+        ), True
+    if "does not exist" in detail and "database" in detail:
+        return (
+            f"database {url.database!r} does not exist on {url.host or 'localhost'}:"
+            f"{url.port or 5432}: create it (createdb {url.database}), then run "
+            "`python -m scheduler migrate`"
+        ), False
+    if "authentication failed" in detail or "password" in detail:
+        return (
+            f"PostgreSQL refused the credentials of {where}: check the user and password "
+            "in SWARM_DATABASE_URL"
+        ), False
+    return (
+        f"database {where} unreachable ({detail.removeprefix('connection failed: ')}): "
+        "start PostgreSQL or fix SWARM_DATABASE_URL"
+    ), True
+
+
 def require_migrated(engine: Engine) -> None:
     """Raise :class:`NotMigrated` unless the database is at the latest revision."""
     from alembic.runtime.migration import MigrationContext
