@@ -130,14 +130,11 @@ class SwarmCelery(Celery):  # type: ignore[misc]
             return fleet_id(engine)
         except NotMigrated:
             raise SystemExit(not_migrated) from None
-        except (OperationalError, ProgrammingError) as exc:
+        except OperationalError as exc:
+            line, _ = database_problem(exc, self.settings.database_url)
+            raise SystemExit(f"error: {line}") from None
+        except ProgrammingError as exc:
             detail = " ".join(str(exc.orig).split())
-            # A database never migrated has no fleet table (PostgreSQL's undefined_table).
-            if getattr(exc.orig, "sqlstate", None) == "42P01" or "no such table" in detail:
-                raise SystemExit(not_migrated) from None
-            if isinstance(exc, OperationalError):
-                line, _ = database_problem(exc, self.settings.database_url)
-                raise SystemExit(f"error: {line}") from None
             raise SystemExit(f"error: cannot read the fleet's id from {where}: {detail}") from None
         finally:
             engine.dispose()

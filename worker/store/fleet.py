@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from worker.errors import NotMigrated
 from worker.store.tables import fleet
@@ -17,10 +18,18 @@ def fleet_id(engine: Engine) -> str:
     address it uses to reach it.
 
     Raises:
-        NotMigrated: the database has no fleet id (it predates the migration that makes it).
+        NotMigrated: the database has no fleet id: it was never migrated (no fleet table), or
+            predates the migration that makes one.
     """
     with engine.connect() as conn:
-        found = conn.execute(select(fleet.c.id).order_by(fleet.c.created_at).limit(1)).scalar()
+        try:
+            found = conn.execute(select(fleet.c.id).order_by(fleet.c.created_at).limit(1)).scalar()
+        except (OperationalError, ProgrammingError) as exc:
+            # No fleet table: PostgreSQL's undefined_table; SQLite says it in words.
+            no_table = getattr(exc.orig, "sqlstate", None) == "42P01"
+            if not (no_table or "no such table" in str(exc.orig)):
+                raise
+            found = None
     if found is None:
         raise NotMigrated("the database has no fleet id: run `python -m scheduler migrate`")
     return str(found)
