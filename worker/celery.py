@@ -25,8 +25,9 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from worker.agent.turn import run_turn
 from worker.errors import NotMigrated, TransientError
 from worker.fleet import collector, redis_transport, sampler
-from worker.fleet.broker import RedisBrokerProbe
+from worker.fleet.broker import RedisBrokerProbe, own_queue
 from worker.fleet.dispatch import TURN_TASK, VERIFY_TASK, CeleryDispatcher
+from worker.fleet.identity import process_owner
 from worker.fleet.intake import Intake
 from worker.fleet.outage import Outage
 from worker.fleet.reconciler import ReconcilerThread
@@ -93,6 +94,10 @@ class SwarmCelery(Celery):  # type: ignore[misc]
         self.concurrency: int | None = None
         #: The CPU clock of a task, once a worker has said which pool runs them.
         self.cpu_clock: Callable[[], float] = time.thread_time
+        #: This worker's own queue of its sessions' next turns, if it consumes one
+        #: (:func:`_take_own_queue`), and whether the fleet has it on record yet.
+        self.own_queue: str | None = None
+        self.own_queue_recorded = False
         # Read the environment when the app is first configured, not at import time.
         self.add_defaults(lambda: celery_config(self.settings, fleet=self.fleet))
         self.steps["worker"].add(ReconcilerStep)
@@ -154,10 +159,17 @@ class SwarmCelery(Celery):  # type: ignore[misc]
                 self._runtime = Runtime(
                     settings=self.settings,
                     engine=make_engine(self.settings, threads=self.concurrency),
-                    dispatcher=CeleryDispatcher(self),
+                    dispatcher=CeleryDispatcher(self, own_queue=self.next_turns_queue),
                     cpu_clock=self.cpu_clock,
                 )
             return self._runtime
+
+    def next_turns_queue(self) -> str | None:
+        """Where this process sends its sessions' next turns: its own queue, once the fleet
+        has it on record and while this worker takes work; else (None) the shared one."""
+        if self.own_queue is None or not self.own_queue_recorded or self.intake.paused:
+            return None
+        return self.own_queue
 
     @cached_property
     def intake(self) -> Intake:
@@ -177,6 +189,7 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
         super().__init__(worker, **kwargs)
         self.thread: ReconcilerThread | None = None
         _fit_to_pool(worker)
+        _take_own_queue(worker)
 
     def start(self, worker: Any) -> None:
         app: SwarmCelery = worker.app
@@ -189,15 +202,21 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
             logger.info("this worker's database role cannot reconcile; no reconciler here")
             return
         app.intake.bind(worker.hostname, list(app.amqp.queues.consume_from))
+        probe = broker_probe(app)
+        if probe is not None and app.own_queue is not None:
+            app.own_queue_recorded = probe.register()
         self.thread = ReconcilerThread(
             app.runtime,
             app.settings.reconcile_interval_s,
-            probe=broker_probe(app),
+            probe=probe,
             intake=app.intake,
         )
         self.thread.start()
 
     def stop(self, worker: Any) -> None:
+        # The turns still running send their next turns to the shared queue: this worker
+        # takes no more work, and its own queue is handed back as it signs off.
+        worker.app.own_queue_recorded = False
         if self.thread is not None:
             self.thread.stop()
 
@@ -242,6 +261,28 @@ def _fit_to_pool(worker: Any) -> None:
             worker.pool_cls = GreenPool
 
 
+def _take_own_queue(worker: Any) -> None:
+    """Consume a queue of this process's own, for its sessions' next turns, when it runs
+    its turns itself (not a prefork pool) off a Redis broker and ``session_affinity`` is on.
+
+    A turn then finds its session's history in this process's cache: its claim reads only
+    the last turn's events, and the history is held by one process of the host, not by
+    each. The fleet hands the queue back to the shared one once this worker is gone
+    (:mod:`worker.fleet.broker`).
+    """
+    app: SwarmCelery = worker.app
+    pool = worker.pool_cls
+    if (
+        not app.settings.session_affinity
+        or not app.settings.broker_url.startswith(("redis://", "rediss://"))
+        or (isinstance(pool, type) and issubclass(pool, PreforkPool))
+        or SESSIONS_QUEUE not in app.amqp.queues.consume_from
+    ):
+        return
+    app.own_queue = own_queue(process_owner())
+    app.amqp.queues.select_add(app.own_queue)
+
+
 def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:
     """What tells the reconciler which messages the broker still holds, for a Redis broker."""
     if not app.settings.broker_url.startswith(("redis://", "rediss://")):
@@ -254,6 +295,7 @@ def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:
         # A live worker beats every pass; a saturated one may miss a few.
         silence_s=max(6 * app.settings.reconcile_interval_s, 30.0),
         beat_s=app.settings.reconcile_interval_s,
+        own_queue=app.own_queue,
     )
 
 

@@ -126,6 +126,10 @@ class Settings(BaseSettings):
     """Megabytes of decoded session histories a worker process keeps between turns, so a
     turn reads and decodes only the events new since the one before; the least recently
     used go first. 0 turns the cache off: every turn reads its session's whole log."""
+    session_affinity: bool = True
+    """A worker process that runs its tasks itself (a green, threads or solo pool) sends its
+    sessions' next turns to a queue of its own, where its history cache holds them; the
+    fleet's reconcilers hand a stopped or silent worker's queue back to the shared one."""
 
     chromium_path: Path | None = None
     """The Chromium binary Playwright drives through ``executable_path``; by default Debian's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from worker.settings import SANDBOX_QUEUE, SESSIONS_QUEUE, VERIFY_QUEUE
@@ -51,10 +52,17 @@ class _Sent:
 
 
 class CeleryDispatcher:
-    """Sends turn and verify tasks through a Celery app, with deterministic task ids."""
+    """Sends turn and verify tasks through a Celery app, with deterministic task ids.
 
-    def __init__(self, app: TaskSender) -> None:
+    Args:
+        app: The Celery app.
+        own_queue: Where this process's sessions' next turns go now, if to a queue of its
+            own (:func:`worker.fleet.broker.own_queue`); None for the shared queue.
+    """
+
+    def __init__(self, app: TaskSender, own_queue: Callable[[], str | None] | None = None) -> None:
         self.app = app
+        self.own_queue = own_queue
 
     def send(self, item: Dispatch, *, delay_s: float = 0.0) -> None:
         """Send one task, ``delay_s`` or the item's own delay from now (the longer)."""
@@ -62,6 +70,10 @@ class CeleryDispatcher:
         countdown = delay_s if delay_s > 0 else None
         if item.kind == "turn":
             name, queue, number = TURN_TASK, SESSIONS_QUEUE, "turn_no"
+            # A turn that follows one this process ran: where its history is cached. A
+            # first turn, or one sent again, goes to the fleet.
+            if self.own_queue is not None and item.number > 0 and not item.takeover:
+                queue = self.own_queue() or queue
         else:
             name, number = VERIFY_TASK, "round_no"
             queue = VERIFY_QUEUES.get(item.verifier, VERIFY_QUEUE)

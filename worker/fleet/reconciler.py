@@ -103,6 +103,10 @@ class Reconciler:
             self.probe.heartbeat(round_trip_ms, rt.send_lag_s())
             if self.intake is not None and round_trip_ms is not None:
                 self._mind_link(self.probe, self.intake, round_trip_ms)
+            # Before the database is read (it may be the reason this worker takes no work):
+            # the queues of workers gone, and this one's while it takes none, go back to
+            # the shared queue for the fleet.
+            self.probe.sweep(own_too=self.intake is not None and bool(self.intake.paused))
         settings = rt.settings
         stale = now - timedelta(seconds=settings.redispatch_after_s)
         stale_verify = now - timedelta(seconds=settings.verify_redispatch_after_s)

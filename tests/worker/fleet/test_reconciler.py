@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, cast
 
-import psutil
 import pytest
-import redis
 from sqlalchemy import Engine, func, select, update
 
 from scheduler.cli.follow import until_finished
 from tests.conftest import RecordingDispatcher, WorkerProcess
 from tests.factories import make_run
-from worker.celery import broker_probe
+from tests.worker.fleet.conftest import dead_pid
 from worker.fleet.broker import RedisBrokerProbe
 from worker.fleet.dispatch import CeleryDispatcher
 from worker.fleet.identity import process_owner
@@ -31,24 +27,10 @@ from worker.store.due import Dispatch
 from worker.store.endings import count_endings, end_session
 from worker.store.tables import runs, sessions, turn_timings, waves
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.usefixtures("empty_broker")]
 
 #: Seconds a whole run in these tests may take.
 RUN_TIMEOUT_S = 180
-
-
-@pytest.fixture(autouse=True)
-def _empty_broker(redis_url: str) -> None:
-    # Session ids start again at 1 in every test: no message of an earlier test may remain.
-    redis.Redis.from_url(redis_url).flushdb()
-
-
-@pytest.fixture
-def probe(app: Any) -> Iterator[RedisBrokerProbe]:
-    found = broker_probe(app)
-    assert found is not None
-    yield found
-    found.close()
 
 
 def _dispatched_ago(rt: Runtime, session_id: int, seconds: float) -> None:
@@ -199,26 +181,13 @@ def test_a_saturated_worker_gets_no_duplicate_turn_tasks(
     assert longest > 2_000
 
 
-def _dead_pid() -> int:
-    """The pid of a process of this host that has exited."""
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    pid = int(done.stdout)
-    assert not psutil.pid_exists(pid)
-    return pid
-
-
 def test_a_session_leased_by_a_dead_process_of_this_host_is_taken_over_at_once(
     runtime: Runtime,
 ) -> None:
     # Given a running session whose lease, good for another minute, is held by a worker
     # process of this host that no longer runs (SIGKILLed)
     _, (sid,) = make_run(runtime.engine)
-    dead = process_owner(_dead_pid())
+    dead = process_owner(dead_pid())
     with runtime.engine.begin() as conn:
         conn.execute(
             update(sessions)
@@ -249,7 +218,7 @@ def test_a_turn_reserved_by_a_dead_process_of_this_host_is_sent_again_at_once(
         # When only live workers beat, Then it waits for the one holding it
         assert reconciler.run_once() + reconciler.run_once() == 0
         # When a worker of this host that beat a moment ago is found to be gone (killed)
-        dead = process_owner(_dead_pid())
+        dead = process_owner(dead_pid())
         probe.client.hset(probe.workers_key, dead, str(time.time()))
         view = probe.view() or pytest.fail("no view")
         assert view.silent_workers == 1
