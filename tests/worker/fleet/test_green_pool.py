@@ -8,17 +8,19 @@ import signal
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 
 import gevent
 import greenlet
 import psutil
 import pytest
+from celery.concurrency.gevent import TaskPool as GeventPool
 from sqlalchemy import Engine, func, select
 
 from scheduler.cli.follow import until_finished
 from tests.conftest import WorkerProcess
 from tests.factories import duplicates, enqueue
-from worker.celery import create_app
+from worker.celery import _fit_to_pool, create_app
 from worker.fleet.green_pool import TaskPool
 from worker.fleet.greenlets import GreenletCpu
 from worker.settings import Settings
@@ -112,6 +114,26 @@ def test_each_greenlet_is_charged_its_own_cpu(clock: GreenletCpu) -> None:
     # Then each was charged the CPU it burnt, not the other's
     assert 2 * BURN_S <= seen["first"] < 3 * BURN_S
     assert 3 * BURN_S <= seen["second"] < 4 * BURN_S
+
+
+@pytest.mark.services
+def test_a_worker_on_celery_s_gevent_pool_takes_the_freeing_pool_and_no_spawn_trees(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a worker about to start on Celery's gevent pool, gevent tracking spawn trees
+    monkeypatch.setattr(gevent.config, "track_greenlet_tree", True)
+    assert gevent.spawn(lambda: None).spawning_stack is not None
+    worker = SimpleNamespace(app=create_app(settings), pool_cls=GeventPool, concurrency=10)
+    previous = greenlet.gettrace()
+    try:
+        # When it fits itself to its pool
+        _fit_to_pool(worker)
+    finally:
+        greenlet.settrace(previous)
+    # Then it runs the pool that frees each task's greenlet, and its greenlets carry no
+    # record of who spawned them
+    assert worker.pool_cls is TaskPool
+    assert gevent.spawn(lambda: None).spawning_stack is None
 
 
 @pytest.mark.services
