@@ -50,7 +50,7 @@ def celery_config(settings: Settings, *, fleet: str | None = None) -> dict[str, 
     transport: dict[str, Any] = {}
     if settings.is_embedded:
         transport["polling_interval"] = 0.05
-    elif settings.broker_url.startswith(("redis://", "rediss://")):
+    elif settings.is_redis_broker:
         if settings.broker_url.startswith("redis://"):
             # A worker that loses Redis reconnects instead of stopping.
             redis_transport.install()
@@ -225,6 +225,11 @@ class ReconcilerStep(bootsteps.StartStopStep):  # type: ignore[misc]
 GREEN_SPARE_CONNECTIONS = 10
 
 
+def _prefork(worker: Any) -> bool:
+    """Whether the worker runs its tasks in forked children (Celery's prefork pool)."""
+    return isinstance(worker.pool_cls, type) and issubclass(worker.pool_cls, PreforkPool)
+
+
 def _fit_to_pool(worker: Any) -> None:
     """Size what the worker's tasks share to its pool, before anything builds the runtime.
 
@@ -235,14 +240,13 @@ def _fit_to_pool(worker: Any) -> None:
     frees each task's greenlet as the task ends.
     """
     app: SwarmCelery = worker.app
-    prefork = isinstance(worker.pool_cls, type) and issubclass(worker.pool_cls, PreforkPool)
-    app.concurrency = 1 if prefork else worker.concurrency
+    app.concurrency = 1 if _prefork(worker) else worker.concurrency
     if getattr(worker.pool_cls, "is_green", False):
         # A green pool's consumer blocks on a message it has no slot for, and that message
         # waits a whole turn while another worker may have a slot free: reserve no more
         # than the slots (the transport looks again as soon as one frees).
         app.conf.worker_disable_prefetch = True
-        if app.settings.broker_url.startswith(("redis://", "rediss://")):
+        if app.settings.is_redis_broker:
             # Every greenlet acks its own message and sends the next on the broker's
             # connection pool (kombu's default holds 10): past that an ack fails, the
             # consumer reconnects and every message in flight is delivered again.
@@ -278,11 +282,10 @@ def _take_own_queue(worker: Any) -> None:
     (:mod:`worker.fleet.broker`).
     """
     app: SwarmCelery = worker.app
-    pool = worker.pool_cls
     if (
         not app.settings.session_affinity
-        or not app.settings.broker_url.startswith(("redis://", "rediss://"))
-        or (isinstance(pool, type) and issubclass(pool, PreforkPool))
+        or not app.settings.is_redis_broker
+        or _prefork(worker)
         or SESSIONS_QUEUE not in app.amqp.queues.consume_from
     ):
         return
@@ -292,7 +295,7 @@ def _take_own_queue(worker: Any) -> None:
 
 def broker_probe(app: SwarmCelery) -> RedisBrokerProbe | None:
     """What tells the reconciler which messages the broker still holds, for a Redis broker."""
-    if not app.settings.broker_url.startswith(("redis://", "rediss://")):
+    if not app.settings.is_redis_broker:
         return None
     return RedisBrokerProbe(
         app.settings.broker_url,

@@ -319,6 +319,11 @@ class Settings(BaseSettings):
         return self.broker_url.startswith("memory://")
 
     @property
+    def is_redis_broker(self) -> bool:
+        """True when the broker is Redis (kombu's Redis transport, plain or over TLS)."""
+        return self.broker_url.startswith(("redis://", "rediss://"))
+
+    @property
     def traces_endpoint(self) -> str | None:
         """Where OTLP/HTTP traces go, as OpenTelemetry's variables say; None: no traces."""
         if self.otel_sdk_disabled:

@@ -137,7 +137,7 @@ class Providers:
             tokens_per_minute=s.model_tpm,
             slot_ttl_s=s.gemini_timeout_s + s.limiter_wait_s + 30,
         )
-        if s.broker_url.startswith(("redis://", "rediss://")):
+        if s.is_redis_broker:
             client = redis.Redis.from_url(s.broker_url, socket_timeout=5, socket_connect_timeout=5)
             return RedisLimiter(client, config, prefix=s.limiter_prefix)
         return LocalLimiter(config)

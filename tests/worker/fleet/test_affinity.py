@@ -46,6 +46,19 @@ def _record(probe: RedisBrokerProbe, owner: str, *, beat_at: float | None) -> st
     return queue
 
 
+def _ran_on(workers: list[WorkerProcess]) -> tuple[dict[int, set[int]], int]:
+    """Which of ``workers`` (by index) received each session's turns, and how many turns
+    they received in all, as their logs say."""
+    ran_on: dict[int, set[int]] = defaultdict(set)
+    turns = 0
+    for n, worker in enumerate(workers):
+        for line in worker.log:
+            if (match := _RECEIVED.search(line)) is not None:
+                ran_on[int(match.group(1))].add(n)
+                turns += 1
+    return ran_on, turns
+
+
 def _waiting(probe: RedisBrokerProbe, queue: str) -> int:
     return sum(int(probe.client.llen(key)) for key in probe._lists_of(queue))
 
@@ -123,13 +136,7 @@ def test_a_session_s_turns_stay_on_the_worker_that_ran_its_first(
     assert status.sessions.succeeded == 12
     assert duplicates(engine) == {"usage": 0, "model_events": 0, "version_gaps": 0}
     # Then each session's turns all ran on one worker, and both workers ran sessions
-    ran_on: dict[int, set[int]] = defaultdict(set)
-    turns = 0
-    for n, worker in enumerate(workers):
-        for line in worker.log:
-            if (match := _RECEIVED.search(line)) is not None:
-                ran_on[int(match.group(1))].add(n)
-                turns += 1
+    ran_on, turns = _ran_on(workers)
     assert len(ran_on) == 12 and turns >= 3 * 12
     assert all(len(on) == 1 for on in ran_on.values()), dict(ran_on)
     assert {n for on in ran_on.values() for n in on} == {0, 1}
@@ -150,9 +157,5 @@ def test_without_affinity_a_session_s_turns_go_to_any_worker(
     status = until_finished(engine, run_id, show=False, timeout_s=RUN_TIMEOUT_S)
     assert status.sessions.succeeded == 12
     # Then some session's turns ran on both (the check above is not a given)
-    ran_on: dict[int, set[int]] = defaultdict(set)
-    for n, worker in enumerate(workers):
-        for line in worker.log:
-            if (match := _RECEIVED.search(line)) is not None:
-                ran_on[int(match.group(1))].add(n)
+    ran_on, _ = _ran_on(workers)
     assert any(len(on) == 2 for on in ran_on.values()), dict(ran_on)
