@@ -14,7 +14,6 @@ needs no parse.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,8 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PageCode", "page_code"]
 
-#: Words one of which a script must contain to be worth a parse.
-_HINTS = re.compile(r"requestAnimationFrame|getContext|createElement|<canvas", re.I)
+#: Words one of which a script must contain, in any case, to be worth a parse. Looked for in
+#: the script's lower-cased text: a case-blind regular expression over a dashboard's 15 KB
+#: took most of a millisecond, twenty times the lowering and the four searches.
+_HINTS = ("requestanimationframe", "getcontext", "createelement", "<canvas")
 #: ``<script type>`` values whose text is JavaScript.
 _JS_TYPES = frozenset({"", "module", "text/javascript", "application/javascript"})
 #: How deep markup inside script strings is read.
@@ -71,7 +72,7 @@ def scripts_of(markup: Markup) -> tuple[bool, list[str]]:
 
 def _read(markup: Markup, *, depth: int) -> PageCode:
     canvas, scripts = scripts_of(markup)
-    scripts = [script for script in scripts if _HINTS.search(script)]
+    scripts = [script for script in scripts if _hinted(script)]
     found_canvas, context_2d, frame = canvas, False, False
     # A scan of the text is sure of what most pages do, for a tenth of a parse; what it is
     # not sure of, the parse decides.
@@ -87,6 +88,11 @@ def _read(markup: Markup, *, depth: int) -> PageCode:
         canvas, context_2d = canvas or found.canvas, context_2d or found.context_2d
         frame = frame or found.animation_frame
     return PageCode(canvas, context_2d, frame)
+
+
+def _hinted(script: str) -> bool:
+    lowered = script.lower()
+    return any(word in lowered for word in _HINTS)
 
 
 def _script(source: str, *, depth: int) -> PageCode:

@@ -76,11 +76,6 @@ def code_spans(source: str) -> list[tuple[int, int]] | None:
     while (m := (_EVENT_IN_TEMPLATE if templates else _EVENT).search(source, i)) is not None:
         j = m.start()
         c = source[j]
-        last = j  # just past the last code character before this one
-        while last > i and source[last - 1] in _SPACE:
-            last -= 1
-        if last > i:
-            after_value = _ends_value(source, i, last)
         if c == "\\":
             return None  # an escaped name: the scan does not read those
         if c == "{":
@@ -98,6 +93,13 @@ def code_spans(source: str) -> list[tuple[int, int]] | None:
         elif c == "`":
             end = _template_rest(source, j + 1, templates, depth)
         else:  # "/"
+            # Only a slash needs to know whether the code before it ended a value (every
+            # other event sets that itself), so the code since the last event is read here.
+            last = j  # just past the last code character before the slash
+            while last > i and source[last - 1] in _SPACE:
+                last -= 1
+            if last > i:
+                after_value = _ends_value(source, i, last)
             nxt = source[j + 1 : j + 2]
             if nxt == "/":
                 line = _LINE_END.search(source, j)

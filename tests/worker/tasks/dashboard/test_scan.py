@@ -123,6 +123,24 @@ def test_code_spans_leave_out_comments_strings_templates_and_regular_expressions
 
 
 @pytest.mark.parametrize(
+    ("source", "code"),
+    [
+        # What the code before a comment ended decides the slash after it: a division after
+        # a value, a regular expression after a keyword or an operator.
+        ("n = x /* c */ / 2 / y", ["n = x ", " / 2 / y"]),
+        ("n = x // c\n/ 2 / y", ["n = x ", "\n/ 2 / y"]),
+        ("return /* c */ /'/.test(s)", ["return ", " ", ".test(s)"]),
+        ("f(a, /* c */ /'/g)", ["f(a, ", " ", ")"]),
+        ("s = 'a' /* c */ / 2", ["s = ", " ", " / 2"]),
+    ],
+)
+def test_a_comment_keeps_what_the_code_before_it_ended(source: str, code: list[str]) -> None:
+    spans = code_spans(source)
+    assert spans is not None
+    assert [source[a:b] for a, b in spans] == code
+
+
+@pytest.mark.parametrize(
     "source",
     [
         "if (x) {}\n/requestAnimationFrame/.test(s)",  # a block, then a regular expression
