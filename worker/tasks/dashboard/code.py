@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["PageCode", "page_code"]
 
 #: Words one of which a script must contain, in any case, to be worth a parse. Looked for in
-#: the script's lower-cased text: a case-blind regular expression over a dashboard's 15 KB
-#: took most of a millisecond, twenty times the lowering and the four searches.
+#: the script's lower-cased text: a case-blind regular expression over a dashboard's 16 KB
+#: took 0.59 ms, the lowering and the four searches 0.013 ms.
 _HINTS = ("requestanimationframe", "getcontext", "createelement", "<canvas")
 #: ``<script type>`` values whose text is JavaScript.
 _JS_TYPES = frozenset({"", "module", "text/javascript", "application/javascript"})
