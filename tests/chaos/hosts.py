@@ -35,6 +35,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from tests.chaos import link
+from tests.chaos.progress import wait_until
 from tests.conftest import WorkerProcess
 from worker.fleet.identity import host_id
 
@@ -44,6 +46,8 @@ TOOLS = ("ip", "nft", "socat", "unshare")
 SUBNETS = ipaddress.ip_network("10.231.0.0/16")
 #: Seconds a forwarder may take to listen.
 FORWARDER_READY_S = 10.0
+#: Seconds a host's forwarders may take to follow a new delay.
+LINK_TIMEOUT_S = 10.0
 
 
 def _run(*args: str) -> str:
@@ -228,7 +232,7 @@ class Host:
         forwarders, :mod:`tests.chaos.link`), and drop ``loss_pct`` % of the packets the
         host sends, until :meth:`fast_link`."""
         assert self.ports, "the host reaches the services through the bed's shared forwarders"
-        self.control.write_text(f"{delay_ms}\n")
+        self._set_delay(delay_ms)
         per_mille = round(loss_pct * 10)
         self._nft(
             "table inet swarm_loss {\n"
@@ -240,7 +244,7 @@ class Host:
 
     def fast_link(self) -> None:
         """Undo :meth:`slow_link`."""
-        self.control.write_text("0\n")
+        self._set_delay(0)
         _run("ip", "netns", "exec", self.netns, "nft", "delete", "table", "inet", "swarm_loss")
         self.slowed = False
 
@@ -250,6 +254,20 @@ class Host:
             self.heal()
         if self.slowed:
             self.fast_link()
+
+    def _set_delay(self, delay_ms: float) -> None:
+        """Ask this host's forwarders for ``delay_ms`` each way, and wait until each holds
+        bytes for that long (they read their control file every few hundred ms)."""
+        text = f"{delay_ms}"
+        self.control.write_text(f"{text}\n")
+        held = [link.held_path(self.control, port) for port in self.ports.values()]
+
+        def followed() -> bool:
+            with contextlib.suppress(OSError):
+                return all(path.read_text() == text for path in held)
+            return False
+
+        wait_until("the forwarders' new delay", followed, LINK_TIMEOUT_S)
 
     def _nft(self, rules: str) -> None:
         subprocess.run(

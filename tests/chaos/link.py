@@ -3,7 +3,9 @@
 This machine's kernel has no ``netem`` queueing discipline, so a host of the bed gets its
 delay from here: every byte it sends to a service, and every byte back, is held for the
 delay named in a control file (read every :data:`READ_EVERY_S` seconds; empty or absent:
-none) before it is passed on, in order, without limiting throughput. Loss is the
+none) before it is passed on, in order, without limiting throughput. Each forwarder writes
+the delay it holds bytes for to a file of its own (:func:`held_path`), so that whoever
+changed the control file can tell when the link is as slow as asked. Loss is the
 kernel's: :meth:`tests.chaos.hosts.Host.slow_link` drops a share of the host's packets
 with nftables, and TCP retransmits them as it would on a lossy link.
 
@@ -23,19 +25,30 @@ READ_EVERY_S = 0.2
 CHUNK = 65536
 
 
+def held_path(control: Path, port: int) -> Path:
+    """Where the forwarder listening on ``port`` writes the delay it follows: the control
+    file's text, once it holds bytes for that long."""
+    return control.with_name(f"{control.name}.{port}")
+
+
 class Delay:
     """The one-way delay, as the control file says."""
 
-    def __init__(self, control: Path) -> None:
+    def __init__(self, control: Path, held: Path) -> None:
         self.control = control
+        self.held = held
         self.s = 0.0
+        self._text: str | None = None
 
     async def follow(self) -> None:
         """Re-read the control file for as long as the forwarder runs."""
         while True:
             with contextlib.suppress(OSError, ValueError):
                 text = self.control.read_text().strip()
-                self.s = float(text) / 1000 if text else 0.0
+                if text != self._text:
+                    self.s = float(text) / 1000 if text else 0.0
+                    self.held.write_text(text)
+                    self._text = text
             await asyncio.sleep(READ_EVERY_S)
 
 
@@ -65,7 +78,8 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
 
 
 async def _serve(listen: str, target: str, control: Path) -> None:
-    delay = Delay(control)
+    host, _, port = listen.rpartition(":")
+    delay = Delay(control, held_path(control, int(port)))
     to_host, _, to_port = target.rpartition(":")
 
     async def connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -78,7 +92,6 @@ async def _serve(listen: str, target: str, control: Path) -> None:
             _pipe(reader, up_writer, delay), _pipe(up_reader, writer, delay), return_exceptions=True
         )
 
-    host, _, port = listen.rpartition(":")
     server = await asyncio.start_server(connect, host, int(port), reuse_address=True)
     follower = asyncio.create_task(delay.follow())
     async with server:
